@@ -1,0 +1,1 @@
+"""Users, groups, access principals and API tokens."""

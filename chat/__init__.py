@@ -1,0 +1,1 @@
+"""Conversations, answers and their websocket stream."""

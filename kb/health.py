@@ -1,0 +1,87 @@
+"""Readiness checks behind /healthz: each returns its facts or raises with the reason."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+Check = Callable[[], dict[str, Any]]
+
+
+def check_database() -> dict[str, Any]:
+    from django.db import OperationalError
+
+    try:
+        connection.ensure_connection()
+    except OperationalError:
+        from kb.preflight import database_problem, database_url
+
+        raise RuntimeError(database_problem(database_url(connection.settings_dict))) from None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('server_version')")
+        (version,) = cursor.fetchone()
+    return {"server_version": version}
+
+
+def check_pgvector() -> dict[str, Any]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        row = cursor.fetchone()
+    if row is None:
+        raise RuntimeError("the vector extension is not installed (run migrate)")
+    return {"version": row[0]}
+
+
+def check_redis() -> dict[str, Any]:
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.RedisError:
+        from kb.preflight import redis_problem
+
+        raise RuntimeError(redis_problem(settings.REDIS_URL)) from None
+    return {"version": client.info("server").get("redis_version")}
+
+
+def check_celery() -> dict[str, Any]:
+    from kb.celery import app
+
+    replies = app.control.ping(timeout=settings.KB_HEALTH_CELERY_TIMEOUT)
+    if not replies:
+        raise RuntimeError("no Celery worker answered a ping")
+    return {"workers": sorted(name for reply in replies for name in reply)}
+
+
+def check_embedding() -> dict[str, Any]:
+    from kb.ingest import embedding
+
+    dims = embedding.dimensions()
+    if dims != settings.KB_EMBEDDING_DIMENSIONS:
+        raise RuntimeError(f"model gives {dims} dimensions, the index expects {settings.KB_EMBEDDING_DIMENSIONS}")
+    return {"model": settings.KB_EMBEDDING_MODEL, "dimensions": dims}
+
+
+CHECKS: dict[str, Check] = {
+    "database": check_database,
+    "pgvector": check_pgvector,
+    "redis": check_redis,
+    "celery": check_celery,
+    "embedding": check_embedding,
+}
+
+
+def health_report(checks: dict[str, Check] | None = None) -> dict[str, Any]:
+    """Every check's result; `ok` only when all passed, `failed` names the ones that did not."""
+    results: dict[str, Any] = {}
+    for name, check in (checks or CHECKS).items():
+        try:
+            results[name] = {"ok": True, **check()}
+        except Exception as exc:  # a health check reports any failure instead of raising it
+            results[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    failed = [name for name, result in results.items() if not result["ok"]]
+    return {"ok": not failed, "failed": failed, "checks": results}

@@ -1,0 +1,73 @@
+"""Swap a document's chunks for a new set in one transaction and stamp the index version."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from django.db import transaction
+from django.db.models import Count, Max, Sum
+from django.utils import timezone
+
+from kb.ingest.chunking import Draft
+from kb.ingest.extract import Extracted
+from kb.ingest.version import current_index_version
+from kb.models import Chunk, Document
+
+
+@transaction.atomic
+def replace_chunks(
+    *,
+    document: Document,
+    extracted: Extracted,
+    drafts: Sequence[Draft],
+    audiences: Sequence[str],
+    vectors: np.ndarray,
+) -> None:
+    """Readers see either all the old chunks or all the new ones, never a mix or neither."""
+    locked = Document.objects.select_for_update().get(pk=document.pk)
+    Chunk.objects.filter(document=locked).delete()
+    Chunk.objects.bulk_create(
+        [
+            Chunk(
+                document=locked,
+                ordinal=draft.ordinal,
+                stable_id=draft.stable_id,
+                kind=draft.kind,
+                audience=audience,
+                breadcrumb=" > ".join(draft.breadcrumb)[:1000],
+                text=draft.text,
+                content=draft.content,
+                start=draft.start,
+                end=draft.end,
+                page=draft.page,
+                part=draft.part,
+                parts=draft.parts,
+                split_group=draft.group or "",
+                tokens=draft.tokens,
+                embedding=vector,
+                acl=locked.acl,
+            )
+            for draft, audience, vector in zip(drafts, audiences, vectors, strict=True)
+        ],
+        batch_size=500,
+    )
+    # Counts come from what was stored, not from what the pipeline meant to store.
+    stored = Chunk.objects.filter(document=locked).aggregate(n=Count("pk"), total=Sum("tokens"), top=Max("tokens"))
+    version = current_index_version()
+    Document.objects.filter(pk=locked.pk).update(
+        status=Document.Status.READY,
+        canonical_text=extracted.text,
+        pages=[[page.start, page.end] for page in extracted.pages],
+        warnings=list(extracted.warnings),
+        title=locked.title or extracted.title or locked.filename,
+        chunk_count=stored["n"] or 0,
+        token_total=stored["total"] or 0,
+        token_max=stored["top"] or 0,
+        embedding_model=version.embedding_model,
+        embedding_dimensions=version.embedding_dimensions,
+        pipeline_version=version.pipeline_version,
+        extractor_version=version.extractor_version,
+        indexed_at=timezone.now(),
+        updated_at=timezone.now(),
+    )

@@ -1,0 +1,95 @@
+"""Extract → chunk → embed → index for one document, with a visible status at each stage.
+
+Chunks are written in one transaction at the end (indexing.replace_chunks), so a
+worker killed anywhere before that leaves the previous chunks (or none) searchable and
+the document retryable; it is never half-indexed.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import F, Q
+from django.utils import timezone
+
+from kb.ingest import chunking, classify, embedding, extract, indexing
+from kb.models import Document
+
+log = logging.getLogger(__name__)
+
+RUNNING = (Document.Status.EXTRACTING, Document.Status.CHUNKING, Document.Status.EMBEDDING)
+
+
+class StageFailed(Exception):
+    """A document-specific failure; its message is shown to admins as the reason."""
+
+
+def _claim(document_id: int) -> bool:
+    """Take the document for this worker. False when another worker holds it or it is done.
+
+    A running status older than the lease means its worker died: it may be taken again.
+    """
+    lease = timezone.now() - timedelta(seconds=settings.KB_INGEST_LEASE_SECONDS)
+    claimable = Q(status__in=[Document.Status.QUEUED, Document.Status.FAILED]) | Q(
+        status__in=RUNNING, updated_at__lt=lease
+    )
+    return bool(
+        Document.objects.filter(claimable, pk=document_id).update(
+            status=Document.Status.EXTRACTING,
+            attempts=F("attempts") + 1,
+            failed_stage="",
+            failure_reason="",
+            updated_at=timezone.now(),
+        )
+    )
+
+
+def _enter(document_id: int, status: str) -> None:
+    Document.objects.filter(pk=document_id).update(status=status, updated_at=timezone.now())
+
+
+def ingest(document_id: int) -> str:
+    """Index one document; returns its final status. Safe to call twice (the second call is a no-op)."""
+    if not _claim(document_id):
+        return str(Document.objects.filter(pk=document_id).values_list("status", flat=True).first() or "missing")
+    document = Document.objects.get(pk=document_id)
+    stage = Document.Status.EXTRACTING
+    try:
+        with document.file.open("rb") as handle:
+            data = handle.read()
+        extracted = extract.extract(data=data, mime=document.mime_type, filename=document.filename)
+        del data
+        if not extracted.text.strip():
+            raise StageFailed("no text could be extracted" + (f" ({'; '.join(extracted.warnings)})" if extracted.warnings else ""))
+        title = document.title or extracted.title or document.filename
+
+        stage = Document.Status.CHUNKING
+        _enter(document_id, stage)
+        drafts = chunking.split(extracted, title=title)
+        if not drafts:
+            raise StageFailed("the document has no text to index")
+        default = document.audience_default or None
+        audiences = [classify.classify_chunk(text=draft.text, default=default) for draft in drafts]
+
+        stage = Document.Status.EMBEDDING
+        _enter(document_id, stage)
+        vectors = embedding.embed([draft.text for draft in drafts])
+
+        indexing.replace_chunks(document=document, extracted=extracted, drafts=drafts, audiences=audiences, vectors=vectors)
+        return Document.Status.READY
+    except (extract.ExtractionError, extract.UnsupportedFile, StageFailed) as exc:
+        _fail(document_id, stage, str(exc))
+    except FileNotFoundError:
+        _fail(document_id, stage, "the stored file is missing; upload it again")
+    except Exception as exc:  # one bad document must never stop the others: record and go on
+        log.exception("ingesting document %s failed in %s", document_id, stage)
+        _fail(document_id, stage, f"internal error: {type(exc).__name__}: {exc}")
+    return Document.Status.FAILED
+
+
+def _fail(document_id: int, stage: str, reason: str) -> None:
+    Document.objects.filter(pk=document_id).update(
+        status=Document.Status.FAILED, failed_stage=stage, failure_reason=reason[:2000], updated_at=timezone.now()
+    )

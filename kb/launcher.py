@@ -1,0 +1,203 @@
+"""`make run`: services, migrations, demo data, then Daphne and a Celery worker until Ctrl-C.
+
+Everything started here is stopped here: children run in their own process groups
+so the launcher decides the order (web and worker first, then Redis and PostgreSQL)
+and nothing is orphaned when the terminal sends SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+
+from kb import embedded
+from kb.preflight import service_problems
+
+DEMO_LOGINS = (
+    ("admin", "admin", "administrator (all documents, admin site)"),
+    ("alice", "alice", "engineering"),
+    ("bob", "bob", "finance"),
+    ("carol", "carol", "no groups: public documents only"),
+    ("dave", "dave", "engineering + hr"),
+    ("sam", "sam", "support reviewer"),
+)
+
+
+class LaunchError(RuntimeError):
+    """A reason not to start, already worded for the person at the terminal."""
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def wait_for_port(host: str, port: int, timeout: float, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise LaunchError(f"the web server exited with status {process.returncode} before listening")
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise LaunchError(f"the web server did not listen on {host}:{port} within {timeout:.0f}s")
+
+
+def stop_process_group(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
+    """SIGTERM the child's group (Celery's pool children too), then SIGKILL what is left."""
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # stragglers in the group, if any
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+@dataclass
+class Launcher:
+    host: str
+    port: int
+    env: dict[str, str]
+    children: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    owned: list[str] = field(default_factory=list)
+
+    def manage(self, *args: str) -> None:
+        result = subprocess.run([sys.executable, "manage.py", *args], env=self.env)
+        if result.returncode != 0:
+            raise LaunchError(f"`manage.py {' '.join(args)}` failed with status {result.returncode}")
+
+    def spawn(self, argv: Sequence[str]) -> subprocess.Popen[bytes]:
+        process = subprocess.Popen(list(argv), env=self.env, start_new_session=True)
+        self.children.append(process)
+        return process
+
+    def start(self) -> None:
+        web = self.spawn(
+            [sys.executable, "-m", "daphne", "-b", self.host, "-p", str(self.port), "kb.asgi:application"]
+        )
+        self.spawn(
+            [
+                sys.executable, "-m", "celery", "-A", "kb", "worker",
+                "--loglevel", "INFO",
+                "--concurrency", os.environ.get("KB_WORKER_CONCURRENCY", "1"),
+                "--hostname", f"kb-worker-{os.getpid()}@%h",
+            ]
+        )
+        wait_for_port(self.host, self.port, 60, web)
+
+    def watch(self) -> int:
+        """Block until a signal or a child's death; the exit status for the launcher."""
+        while True:
+            for process in self.children:
+                if process.poll() is not None:
+                    print(f"\n{process.args[2]} exited with status {process.returncode}; stopping.", flush=True)
+                    return 1
+            time.sleep(0.5)
+
+    def shutdown(self) -> None:
+        for process in reversed(self.children):
+            stop_process_group(process)
+        self.children.clear()
+        root = embedded.var_dir()
+        if "redis" in self.owned:
+            embedded.stop_redis(root)
+        if "postgres" in self.owned:
+            embedded.stop_postgres(root)
+        self.owned.clear()
+
+
+def child_environment(database_url: str, redis_url: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(DATABASE_URL=database_url, REDIS_URL=redis_url, PYTHONUNBUFFERED="1")
+    env.setdefault("DEBUG", "1")
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if not env.get("SECRET_KEY") and not env.get("SECRET_KEY_FILE"):
+        env["SECRET_KEY"] = embedded.local_secret_key()
+    return env
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def run(host: str, port: int) -> int:
+    if port_in_use(host, port):
+        raise LaunchError(f"port {port} on {host} is already in use; stop what is using it or set PORT=<another port>")
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    launcher = Launcher(host=host, port=port, env={})
+    try:
+        database_url = os.environ.get("DATABASE_URL", "")
+        redis_url = os.environ.get("REDIS_URL", "")
+        if not database_url:
+            pg = embedded.start_postgres()
+            database_url = pg.url
+            if pg.started_here:
+                launcher.owned.append("postgres")
+        if not redis_url:
+            rd = embedded.start_redis()
+            redis_url = rd.url
+            if rd.started_here:
+                launcher.owned.append("redis")
+        problems = service_problems(database_url, redis_url)
+        if problems:
+            raise LaunchError("\n".join(problems))
+        launcher.env = child_environment(database_url, redis_url)
+        launcher.manage("migrate", "--noinput")
+        launcher.manage("load_demo")
+        launcher.start()
+        url = f"http://{host}:{port}/"
+        print(f"\nKnowledge base ready at {url}  (health: {url}healthz)", flush=True)
+        print("Demo logins (username / password):", flush=True)
+        for username, password, role in DEMO_LOGINS:
+            print(f"  {username:<6} / {password:<6} {role}", flush=True)
+        print("Press Ctrl-C to stop.", flush=True)
+        return launcher.watch()
+    except KeyboardInterrupt:
+        print("\nStopping…", flush=True)
+        return 0
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the cleanup
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        launcher.shutdown()
+
+
+def main() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
+    host = os.environ.get("HOST", "127.0.0.1")
+    try:
+        port = int(os.environ.get("PORT", "8000"))
+    except ValueError:
+        sys.stderr.write(f"error: PORT must be a number (got {os.environ['PORT']!r})\n")
+        sys.exit(2)
+    try:
+        status = run(host, port)
+    except (LaunchError, embedded.EmbeddedServiceError) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        sys.exit(2)
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()

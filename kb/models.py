@@ -1,0 +1,147 @@
+"""Documents, their folders and their chunks: the index that retrieval reads."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.db import models
+from pgvector.django import HnswIndex, VectorField
+
+EMBEDDING_DIMENSIONS = 384  # all-MiniLM-L6-v2; a different model needs a migration, not a setting
+
+
+class Folder(models.Model):
+    """A shelf of documents that share one audience by default."""
+
+    name = models.CharField(max_length=200, unique=True)
+    public = models.BooleanField(default=True, help_text="Everyone may read documents that inherit this folder's access.")
+    groups = models.ManyToManyField(Group, blank=True, related_name="kb_folders")
+    users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="kb_folders")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Document(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        EXTRACTING = "extracting"
+        CHUNKING = "chunking"
+        EMBEDDING = "embedding"
+        READY = "ready"
+        FAILED = "failed"
+
+    class Audience(models.TextChoices):
+        AUTO = "", "Classify each chunk"
+        SCREEN = "screen", "Screens (UI reference)"
+        CONCEPT = "concept", "Concepts (explanations)"
+
+    title = models.CharField(max_length=300)
+    file = models.FileField(upload_to="documents/%Y/%m/", blank=True)
+    filename = models.CharField(max_length=300, blank=True)
+    mime_type = models.CharField(max_length=120, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True, db_index=True)
+    size = models.PositiveBigIntegerField(default=0)
+    folder = models.ForeignKey(Folder, null=True, blank=True, on_delete=models.SET_NULL, related_name="documents")
+
+    # Access: the folder's by default, else this document's own grants. `acl` is the
+    # derived principals array (accounts.acl) copied onto every chunk.
+    inherit_access = models.BooleanField(default=True)
+    public = models.BooleanField(default=True)
+    groups = models.ManyToManyField(Group, blank=True, related_name="kb_documents")
+    users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="kb_documents")
+    acl = ArrayField(models.CharField(max_length=64), default=list, blank=True)
+
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    failed_stage = models.CharField(max_length=16, blank=True)
+    failure_reason = models.TextField(blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    audience_default = models.CharField(max_length=16, choices=Audience.choices, default=Audience.AUTO, blank=True)
+
+    canonical_text = models.TextField(blank=True)
+    pages = models.JSONField(default=list, blank=True, help_text="[start, end) offsets of each page, for paged sources")
+    warnings = models.JSONField(default=list, blank=True)
+
+    extractor_version = models.PositiveIntegerField(null=True, blank=True)
+    pipeline_version = models.PositiveIntegerField(null=True, blank=True)
+    embedding_model = models.CharField(max_length=200, blank=True)
+    embedding_dimensions = models.PositiveIntegerField(null=True, blank=True)
+    chunk_count = models.PositiveIntegerField(default=0)
+    token_total = models.PositiveIntegerField(default=0)
+    token_max = models.PositiveIntegerField(default=0)
+    indexed_at = models.DateTimeField(null=True, blank=True)
+
+    uploaded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="uploaded_documents"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["title", "pk"]
+        indexes = [GinIndex(fields=["acl"], name="kb_document_acl_gin")]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class Chunk(models.Model):
+    class Kind(models.TextChoices):
+        SECTION = "section"
+        SUBSECTION = "subsection"
+        MERGED = "merged"
+        NOTE = "note"
+        PART = "part"
+
+    class Audience(models.TextChoices):
+        SCREEN = "screen"
+        CONCEPT = "concept"
+
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
+    ordinal = models.PositiveIntegerField()
+    stable_id = models.CharField(max_length=40, db_index=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    audience = models.CharField(max_length=16, choices=Audience.choices, default=Audience.CONCEPT)
+    breadcrumb = models.CharField(max_length=1000)
+    text = models.TextField(help_text="Breadcrumb header + content: what is embedded and searched")
+    content = models.TextField(help_text="Exactly canonical_text[start:end]: what is quoted")
+    start = models.PositiveIntegerField()
+    end = models.PositiveIntegerField()
+    page = models.PositiveIntegerField(null=True, blank=True)
+    part = models.PositiveIntegerField(null=True, blank=True)
+    parts = models.PositiveIntegerField(null=True, blank=True)
+    split_group = models.CharField(max_length=40, blank=True)
+    tokens = models.PositiveIntegerField()
+    embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS)
+    search = models.GeneratedField(
+        expression=SearchVector("text", config="english"),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+    acl = ArrayField(models.CharField(max_length=64), default=list)
+
+    class Meta:
+        ordering = ["document_id", "ordinal"]
+        constraints = [models.UniqueConstraint(fields=["document", "ordinal"], name="kb_chunk_document_ordinal")]
+        indexes = [
+            HnswIndex(
+                name="kb_chunk_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+            GinIndex(fields=["search"], name="kb_chunk_search_gin"),
+            GinIndex(fields=["text"], name="kb_chunk_text_trgm", opclasses=["gin_trgm_ops"]),
+            GinIndex(fields=["acl"], name="kb_chunk_acl_gin"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.breadcrumb} #{self.ordinal}"

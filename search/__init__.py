@@ -1,0 +1,1 @@
+"""Retrieval inside permissions."""

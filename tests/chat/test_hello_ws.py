@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from chat.consumers import CLOSE_UNAUTHENTICATED
+from kb.asgi import application
+
+
+@pytest.fixture(autouse=True)
+async def _close_thread_connections() -> Any:
+    """Consumers reach the DB from a worker thread; close it so the test DB can be dropped."""
+    yield
+    from django.db import connections
+
+    await database_sync_to_async(connections.close_all)()
+
+
+async def _session_cookie(user: Any) -> str:
+    client = Client()
+    await database_sync_to_async(client.force_login)(user)
+    return client.cookies["sessionid"].value
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_logged_in_user_is_greeted(people: dict[str, Any]) -> None:
+    cookie = await _session_cookie(people["alice"])
+    communicator = WebsocketCommunicator(
+        application, "/ws/hello/", headers=[(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://localhost")]
+    )
+    connected, _ = await communicator.connect()
+    assert connected
+    assert await communicator.receive_json_from() == {"type": "hello", "user": "alice"}
+    await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_anonymous_user_is_closed_with_4401() -> None:
+    communicator = WebsocketCommunicator(application, "/ws/hello/", headers=[(b"origin", b"http://localhost")])
+    connected, code = await communicator.connect()
+    assert not connected
+    assert code == CLOSE_UNAUTHENTICATED
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_foreign_origin_is_refused(people: dict[str, Any]) -> None:
+    cookie = await _session_cookie(people["alice"])
+    communicator = WebsocketCommunicator(
+        application, "/ws/hello/", headers=[(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://evil.example")]
+    )
+    connected, _ = await communicator.connect()
+    assert not connected

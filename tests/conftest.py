@@ -1,0 +1,100 @@
+"""Shared fixtures: the demo-shaped users, a real Celery worker, subprocess helpers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+OUTPUT = ROOT / "test-output"
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hasher(settings: Any) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def people(db: None) -> dict[str, Any]:
+    """alice (engineering), bob (finance), carol (nobody), dave (engineering + hr), sam (support), a superuser."""
+    from django.contrib.auth.models import Group, User
+
+    groups = {name: Group.objects.create(name=name) for name in ("engineering", "finance", "hr", "support")}
+    members = {
+        "alice": ["engineering"],
+        "bob": ["finance"],
+        "carol": [],
+        "dave": ["engineering", "hr"],
+        "sam": ["support"],
+    }
+    users: dict[str, Any] = {}
+    for name, group_names in members.items():
+        user = User.objects.create_user(name, password=name)
+        user.groups.set([groups[g] for g in group_names])
+        users[name] = user
+    users["admin"] = User.objects.create_superuser("admin", password="admin")
+    users["groups"] = groups
+    return users
+
+
+def service_env(**overrides: str) -> dict[str, str]:
+    """Environment for a child process that talks to this test run's servers and test database."""
+    from django.conf import settings
+    from django.db import connection
+
+    db = connection.settings_dict
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=f"postgresql://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        REDIS_URL=settings.REDIS_URL,
+        SECRET_KEY="test-secret-key-for-child-processes",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(overrides)
+    return env
+
+
+def manage(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture
+def celery_worker(transactional_db: None) -> Iterator[subprocess.Popen[str]]:
+    """A real worker process on the real Redis broker, reading the test database."""
+    from kb.celery import app
+
+    hostname = f"test-{os.getpid()}-{time.monotonic_ns()}@localhost"
+    log = OUTPUT / "celery-worker.log"
+    log.parent.mkdir(exist_ok=True)
+    with open(log, "w") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "kb", "worker", "--pool", "solo", "--hostname", hostname,
+             "--loglevel", "INFO", "--without-gossip", "--without-mingle"],
+            cwd=ROOT, env=service_env(), stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if worker.poll() is not None:
+                pytest.fail(f"celery worker exited early: {log.read_text()[-2000:]}")
+            if app.control.ping(destination=[hostname], timeout=0.5):
+                break
+        else:
+            pytest.fail("celery worker did not answer a ping within 90s")
+        yield worker
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()

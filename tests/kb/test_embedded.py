@@ -1,0 +1,46 @@
+"""The embedded default and an explicit DATABASE_URL go through the same code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from kb import embedded
+from tests.conftest import manage, service_env
+
+
+def test_a_running_server_is_reused_not_started_twice(tmp_path: Path) -> None:
+    first = embedded.start_redis(tmp_path)
+    try:
+        again = embedded.start_redis(tmp_path)
+        assert first.started_here and not again.started_here
+        assert (again.url, again.pid) == (first.url, first.pid)
+    finally:
+        embedded.stop_redis(tmp_path)
+    assert embedded._redis_running(tmp_path / "redis") is None
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_database_url_points_the_app_at_a_second_postgres_server(tmp_path: Path) -> None:
+    second = embedded.start_postgres(tmp_path)
+    try:
+        assert second.started_here
+        env = service_env(DATABASE_URL=second.url)
+        migrated = manage("migrate", "--noinput", env=env)
+        assert migrated.returncode == 0, migrated.stderr
+        created = manage("shell", "-c", "from kb.models import Folder; Folder.objects.create(name='only-on-second')", env=env)
+        assert created.returncode == 0, created.stderr
+        with psycopg.connect(second.url) as conn:
+            names = [row[0] for row in conn.execute("SELECT name FROM kb_folder")]
+            extensions = {row[0] for row in conn.execute("SELECT extname FROM pg_extension")}
+        assert names == ["only-on-second"]
+        assert {"vector", "pg_trgm"} <= extensions
+        from kb.models import Folder
+
+        assert not Folder.objects.filter(name="only-on-second").exists()
+    finally:
+        embedded.stop_postgres(tmp_path)
+    assert embedded._pg_running(tmp_path / "pg") is None

@@ -1,0 +1,162 @@
+"""`make run` end to end: real Daphne, real worker, embedded servers, clean shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import http.cookiejar
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+import websockets
+
+from kb.embedded import free_port
+from tests.conftest import OUTPUT, ROOT
+
+READY = re.compile(r"Knowledge base ready at (http://\S+)")
+
+
+def _wait_for_line(log: Path, process: subprocess.Popen[bytes], timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        match = READY.search(log.read_text(errors="replace"))
+        if match:
+            return match.group(1)
+        if process.poll() is not None:
+            pytest.fail(f"make run exited with {process.returncode}:\n{log.read_text()[-4000:]}")
+        time.sleep(0.5)
+    pytest.fail(f"make run was not ready within {timeout}s:\n{log.read_text()[-4000:]}")
+
+
+def _login(base: str, username: str) -> tuple[urllib.request.OpenerDirector, http.cookiejar.CookieJar]:
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    page = opener.open(base + "accounts/login/").read().decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
+    form = urllib.parse.urlencode({"username": username, "password": username, "csrfmiddlewaretoken": token})
+    opener.open(urllib.request.Request(base + "accounts/login/", data=form.encode(), headers={"Referer": base}))
+    return opener, jar
+
+
+async def _hello(ws_url: str, origin: str, cookie: str | None) -> dict[str, object] | int:
+    headers = {"Cookie": cookie} if cookie else {}
+    try:
+        async with websockets.connect(ws_url, origin=origin, additional_headers=headers) as ws:
+            return json.loads(await asyncio.wait_for(ws.recv(), 10))
+    except websockets.ConnectionClosed as closed:
+        return closed.rcvd.code if closed.rcvd else -1
+    except websockets.InvalidStatus as refused:
+        return refused.response.status_code
+
+
+def _our_processes(var_dir: Path, pids: set[int]) -> list[psutil.Process]:
+    alive = []
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = " ".join(process.info["cmdline"] or [])
+        if process.info["pid"] in pids or str(var_dir) in cmdline:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process)
+    return alive
+
+
+@pytest.mark.slow
+def test_make_run_serves_the_app_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    port = free_port()
+    var_dir = tmp_path / "var"
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "SECRET_KEY"}}
+    env.update(PORT=str(port), KB_VAR_DIR=str(var_dir))
+    OUTPUT.mkdir(exist_ok=True)
+    log = OUTPUT / "make-run.log"
+    with open(log, "wb") as out:
+        launcher = subprocess.Popen(
+            ["make", "--no-print-directory", "run"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, so the test can send Ctrl-C to all of it
+        )
+    seen: set[int] = set()
+    try:
+        base = _wait_for_line(log, launcher, timeout=240)
+        assert base == f"http://127.0.0.1:{port}/"
+        text = log.read_text()
+        for username in ("alice", "bob", "carol", "dave", "admin"):
+            assert username in text
+
+        with urllib.request.urlopen(base + "accounts/login/") as page:
+            assert page.status == 200 and b'name="password"' in page.read()
+        deadline = time.monotonic() + 120
+        while True:  # the worker may still be loading the model when the web side is up
+            try:
+                with urllib.request.urlopen(base + "healthz") as health:
+                    assert health.status == 200
+                    assert json.load(health)["ok"] is True
+                    break
+            except urllib.error.HTTPError as exc:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"/healthz stayed {exc.code}: {exc.read()[:500]!r}")
+                time.sleep(2)
+
+        _, jar = _login(base, "alice")
+        cookie = "; ".join(f"{c.name}={c.value}" for c in jar)
+        ws_url = f"ws://127.0.0.1:{port}/ws/hello/"
+        origin = f"http://127.0.0.1:{port}"
+        assert asyncio.run(_hello(ws_url, origin, cookie)) == {"type": "hello", "user": "alice"}
+        assert asyncio.run(_hello(ws_url, origin, None)) == 4401
+
+        root = psutil.Process(launcher.pid)
+        seen = {p.pid for p in root.children(recursive=True)} | {launcher.pid}
+        seen |= {int((var_dir / "pg" / "postmaster.pid").read_text().split()[0])}
+        seen |= {int((var_dir / "redis" / "redis.pid").read_text().strip())}
+        assert len(seen) >= 6  # make, launcher, daphne, celery + its child, postgres, redis
+
+        os.killpg(launcher.pid, signal.SIGINT)  # what Ctrl-C in the terminal sends
+        assert launcher.wait(90) == 0 or launcher.returncode in (2, 130)
+        deadline = time.monotonic() + 30
+        while _our_processes(var_dir, seen) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        leftovers = _our_processes(var_dir, seen)
+        assert not leftovers, [p.info for p in leftovers]
+        assert "Stopping" in log.read_text()
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        for process in _our_processes(var_dir, seen):
+            process.kill()
+
+
+def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        env = dict(os.environ, PORT=str(port), KB_VAR_DIR=str(tmp_path))
+        result = subprocess.run(
+            [str(ROOT / ".venv/bin/python"), "-m", "kb.launcher"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        )
+    assert result.returncode == 2
+    assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
+    assert "PORT=" in result.stderr
+    assert not (tmp_path / "pg").exists()  # it refused before starting anything
+
+
+@pytest.mark.django_db
+def test_an_unreachable_redis_stops_make_run_before_it_starts(tmp_path: Path) -> None:
+    from tests.conftest import service_env
+
+    redis_port = free_port()
+    env = service_env(PORT=str(free_port()), KB_VAR_DIR=str(tmp_path), REDIS_URL=f"redis://127.0.0.1:{redis_port}/0")
+    result = subprocess.run(
+        [str(ROOT / ".venv/bin/python"), "-m", "kb.launcher"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert f"REDIS_URL: cannot connect to Redis at 127.0.0.1:{redis_port}" in result.stderr
+    assert "Traceback" not in result.stderr
