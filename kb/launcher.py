@@ -57,11 +57,11 @@ def wait_for_port(host: str, port: int, timeout: float, process: subprocess.Pope
     raise LaunchError(f"the web server did not listen on {host}:{port} within {timeout:.0f}s")
 
 
-def stop_process_group(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
-    """SIGTERM the child's group (Celery's pool children too), then SIGKILL what is left."""
+def stop_process_group(process: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """SIGTERM the child (Celery finishes its current task, then stops its pool), then SIGKILL its group."""
     if process.poll() is None:
         try:
-            os.killpg(process.pid, signal.SIGTERM)
+            process.terminate()
         except ProcessLookupError:
             return
         try:

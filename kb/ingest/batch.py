@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib.auth.models import Group, User
+from django.db.models import Q
 
-from kb.ingest.pipeline import ingest
+from kb.ingest.pipeline import abandoned, ingest
 from kb.models import Document, Folder
 from kb.services import UploadRejected, document_queue_ingest, document_upload
 
@@ -24,13 +25,14 @@ class BatchSummary:
     unchanged: list[str] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)  # still queued or running when we stopped waiting
 
-    def lines(self) -> list[str]:
+    def lines(self, *, list_pending: bool = True) -> list[str]:
         out = [
             f"{len(self.ready)} ready, {len(self.unchanged)} unchanged, "
             f"{len(self.failed)} failed, {len(self.pending)} still in progress"
         ]
         out += [f"  failed: {line}" for line in self.failed]
-        out += [f"  in progress: {line}" for line in self.pending]
+        if list_pending:
+            out += [f"  in progress: {line}" for line in self.pending]
         return out
 
 
@@ -98,13 +100,16 @@ def ingest_paths(
             progress(name)
             continue
         document = result.document
-        if not result.queued and document.status != Document.Status.QUEUED:
+        # Same content as before: nothing to do, unless its earlier run never finished
+        # (queue message lost with a restarted Redis, or its worker died).
+        lost = Document.objects.filter(Q(status=Document.Status.QUEUED) | abandoned(), pk=document.pk).exists()
+        if not result.queued and not lost:
             summary.unchanged.append(name)
         elif sync:
             ingest(document.pk)
             queued[document.pk] = name
         else:
-            if not result.queued:  # queued earlier but its message was lost (e.g. Redis restarted)
+            if not result.queued:
                 document_queue_ingest(documents=Document.objects.filter(pk=document.pk))
             queued[document.pk] = name
         progress(name)

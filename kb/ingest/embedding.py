@@ -36,4 +36,6 @@ def dimensions() -> int:
 
 def embed(texts: list[str]) -> np.ndarray:
     """Unit-length vectors, so cosine distance in pgvector equals 1 - dot product."""
-    return model().encode(texts, batch_size=BATCH_SIZE, normalize_embeddings=True, convert_to_numpy=True)
+    return model().encode(
+        texts, batch_size=BATCH_SIZE, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+    )

@@ -26,15 +26,15 @@ class StageFailed(Exception):
     """A document-specific failure; its message is shown to admins as the reason."""
 
 
-def _claim(document_id: int) -> bool:
-    """Take the document for this worker. False when another worker holds it or it is done.
-
-    A running status older than the lease means its worker died: it may be taken again.
-    """
+def abandoned() -> Q:
+    """Documents in a running stage for longer than the lease: their worker died."""
     lease = timezone.now() - timedelta(seconds=settings.KB_INGEST_LEASE_SECONDS)
-    claimable = Q(status__in=[Document.Status.QUEUED, Document.Status.FAILED]) | Q(
-        status__in=RUNNING, updated_at__lt=lease
-    )
+    return Q(status__in=RUNNING, updated_at__lt=lease)
+
+
+def _claim(document_id: int) -> bool:
+    """Take the document for this worker. False when another worker holds it or it is done."""
+    claimable = Q(status__in=[Document.Status.QUEUED, Document.Status.FAILED]) | abandoned()
     return bool(
         Document.objects.filter(claimable, pk=document_id).update(
             status=Document.Status.EXTRACTING,

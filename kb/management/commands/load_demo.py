@@ -15,4 +15,4 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, sync: bool, **options: Any) -> str:
         summary = load_demo(sync=sync)
-        return "demo data: " + "\n".join(summary.lines())
+        return "demo documents: " + "\n".join(summary.lines(list_pending=False))

@@ -1,0 +1,1 @@
+"""Ingestion stages: extract, chunk, classify, embed, index."""

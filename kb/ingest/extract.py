@@ -1,0 +1,526 @@
+"""Turn an uploaded file into one canonical text plus its heading tree and page spans.
+
+The canonical text is what chunks quote (`content == text[start:end]`), so every
+format is reduced to plain, Markdown-like text *before* anything is cut, and the
+heading and page offsets recorded here point into exactly that string.
+Pure Python: no Django, so it can be tested without a database.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import io
+import logging
+import re
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import PurePath
+
+EXTRACTOR_VERSION: int = 1
+
+MARKDOWN = "text/markdown"
+PLAIN = "text/plain"
+HTML = "text/html"
+PDF = "application/pdf"
+DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+
+SUPPORTED: dict[str, str] = {
+    ".md": MARKDOWN,
+    ".markdown": MARKDOWN,
+    ".txt": PLAIN,
+    ".html": HTML,
+    ".htm": HTML,
+    ".pdf": PDF,
+    ".docx": DOCX,
+}
+_SUPPORTED_HINT = "supported: .md, .txt, .html, .pdf, .docx"
+
+
+class UnsupportedFile(ValueError):
+    """The file is of a kind we do not ingest, or is not what its name says. Shown to the user."""
+
+
+class ExtractionError(ValueError):
+    """The file is of a supported kind but could not be read. Shown to the user."""
+
+
+@dataclass(frozen=True)
+class Heading:
+    level: int
+    title: str
+    start: int  # offsets of the whole heading line(s) in the canonical text
+    end: int
+
+
+@dataclass(frozen=True)
+class Page:
+    number: int  # 1-based
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Extracted:
+    text: str
+    headings: tuple[Heading, ...]
+    pages: tuple[Page, ...]
+    warnings: tuple[str, ...]
+    title: str | None
+
+
+# --------------------------------------------------------------------------- detection
+
+
+def detect_mime(*, filename: str, head: bytes) -> str:
+    """MIME type from the extension, checked against the first bytes of the file.
+
+    `head` is the start of the file (a few KiB are enough). Raises UnsupportedFile with a
+    message naming the file when the extension is unknown or the bytes contradict it.
+    """
+    name = _display_name(filename)
+    ext = PurePath(name).suffix.lower()
+    if not ext:
+        raise UnsupportedFile(f"{name}: files without an extension are not supported ({_SUPPORTED_HINT})")
+    mime = SUPPORTED.get(ext)
+    if mime is None:
+        raise UnsupportedFile(f"{name}: {ext} files are not supported ({_SUPPORTED_HINT})")
+    if mime == PDF:
+        # The PDF spec tolerates a little junk before the header; real files put it first.
+        if b"%PDF-" not in head[:1024]:
+            raise UnsupportedFile(f"{name}: the file is not a PDF (it does not start with %PDF-)")
+    elif mime == DOCX:
+        if not head.startswith(b"PK\x03\x04"):
+            raise UnsupportedFile(f"{name}: the file is not a Word .docx document (it is not a ZIP package)")
+    else:
+        if b"\x00" in head:
+            raise UnsupportedFile(f"{name}: the file is not text (it contains NUL bytes); is it really {ext}?")
+        try:
+            # Incremental so that a multi-byte character cut at the end of `head` is not an error.
+            codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+        except UnicodeDecodeError as exc:
+            raise UnsupportedFile(
+                f"{name}: the file is not UTF-8 text (invalid byte at position {exc.start}); save it as UTF-8"
+            ) from None
+    return mime
+
+
+# --------------------------------------------------------------------------- extraction
+
+
+def extract(*, data: bytes, mime: str, filename: str) -> Extracted:
+    """Canonical text, headings and pages of one file. Raises ExtractionError (or UnsupportedFile)."""
+    name = _display_name(filename)
+    if mime == MARKDOWN:
+        return _extract_text(_decode(data, name), markdown=True)
+    if mime == PLAIN:
+        return _extract_text(_decode(data, name), markdown=False)
+    if mime == HTML:
+        return _extract_html(_decode(data, name))
+    if mime == PDF:
+        return _extract_pdf(data, name)
+    if mime == DOCX:
+        return _extract_docx(data, name)
+    raise UnsupportedFile(f"{name}: {mime} files are not supported ({_SUPPORTED_HINT})")
+
+
+def _display_name(filename: str) -> str:
+    # Browsers on Windows may send a full path; the user knows the file by its base name.
+    return PurePath(filename.replace("\\", "/")).name or filename
+
+
+def _decode(data: bytes, name: str) -> str:
+    if b"\x00" in data:
+        raise ExtractionError(f"{name}: the file is not text (it contains NUL bytes)")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ExtractionError(
+            f"{name}: the file is not UTF-8 text (invalid byte at position {exc.start}); save it as UTF-8"
+        ) from None
+    return _newlines(text)
+
+
+def _newlines(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+# --------------------------------------------------------------------------- Markdown / plain text
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*$")
+_SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
+_TRAC = re.compile(r"^\s*(=+)\s+(\S.*?)\s*$")
+_NOT_A_SETEXT_TITLE = re.compile(r"^\s*([-*+>|]|\d+[.)]\s|```|~~~|<)")
+# YAML front matter (Jekyll, Docusaurus, Hugo): metadata, kept in the text but never a heading.
+FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
+_FM_TITLE = re.compile(r"^title:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
+
+
+def _extract_text(text: str, *, markdown: bool) -> Extracted:
+    """Markdown and plain text are kept exactly as written; only headings are located."""
+    front = FRONT_MATTER.match(text) if markdown or text.startswith("---") else None
+    body_from = front.end() if front else 0
+    headings = tuple(_text_headings(text, body_from=body_from, trac=not markdown))
+    title = None
+    if front and (m := _FM_TITLE.search(front.group(1) or "")):
+        title = m.group(1).strip().strip("\"'").strip() or None
+    if title is None:
+        title = next((h.title for h in headings if h.level == 1), None)
+    return Extracted(text=text, headings=headings, pages=(), warnings=(), title=title)
+
+
+def _text_headings(text: str, *, body_from: int, trac: bool) -> Iterator[Heading]:
+    fence: str | None = None  # the fence that opened the current code block
+    trac_block = False
+    after_break = True  # the previous line was blank, a heading, or the start of the body
+    candidate: tuple[int, str] | None = None  # a one-line paragraph that an underline would make a heading
+    for m in re.finditer(r"(?m)^[^\n]*", text[body_from:]):
+        pos, line = body_from + m.start(), m.group()
+        stripped = line.strip()
+        if fence is not None:
+            if stripped.startswith(fence) and not stripped.strip(fence[0]):
+                fence = None
+            candidate, after_break = None, False
+            continue
+        if trac_block:
+            if stripped.startswith("}}}"):
+                trac_block = False
+            candidate, after_break = None, False
+            continue
+        if fm := _FENCE.match(line):
+            fence = fm.group(1)
+            candidate, after_break = None, False
+            continue
+        if trac and stripped.startswith("{{{") and "}}}" not in stripped[3:]:
+            trac_block = True
+            candidate, after_break = None, False
+            continue
+        heading: Heading | None = None
+        if hm := _ATX.match(line):
+            heading = _heading(len(hm.group(1)), hm.group(2) or "", pos, pos + len(line), atx=True)
+        elif trac and (hm := _TRAC.match(line)):
+            heading = _heading(len(hm.group(1)), hm.group(2), pos, pos + len(line), atx=False)
+        elif candidate is not None and (hm := _SETEXT.match(line)):
+            # Only a one-line paragraph counts: "---" under anything else is a rule or front matter.
+            level = 1 if hm.group(1)[0] == "=" else 2
+            heading = _heading(level, candidate[1], candidate[0], pos + len(line), atx=False)
+        if heading is not None or _ATX.match(line) or (trac and _TRAC.match(line)):
+            if heading is not None:
+                yield heading
+            candidate, after_break = None, True
+            continue
+        if not stripped:
+            candidate, after_break = None, True
+            continue
+        candidate = (pos, line) if after_break and not _NOT_A_SETEXT_TITLE.match(line) else None
+        after_break = False
+
+
+def _heading(level: int, raw: str, start: int, end: int, *, atx: bool) -> Heading | None:
+    title = _clean_title(raw, atx=atx)
+    return Heading(level=level, title=title, start=start, end=end) if title else None
+
+
+def _clean_title(raw: str, *, atx: bool) -> str:
+    title = raw.strip()
+    if atx:
+        title = re.sub(r"(?:^|[ \t]+)#+$", "", title)  # closing hashes: "## Title ##"
+    else:
+        title = re.sub(r"(\s*=+)?(\s+#[\w-]+)?$", "", title)  # Trac: "== Title == #anchor"
+    title = re.sub(r"\s*\{#[^}]*\}$", "", title)  # Docusaurus/kramdown ids: "Title {#id}"
+    return " ".join(title.split())
+
+
+# --------------------------------------------------------------------------- blocks (HTML, DOCX)
+
+
+@dataclass
+class _Block:
+    text: str
+    level: int = 0  # > 0 for a heading
+    title: str = ""
+
+
+def _join_blocks(blocks: list[_Block]) -> tuple[str, tuple[Heading, ...]]:
+    """Blank-line separated blocks; heading blocks become `#` lines whose offsets are recorded."""
+    parts: list[str] = []
+    headings: list[Heading] = []
+    pos = 0
+    for block in blocks:
+        if parts:
+            parts.append("\n\n")
+            pos += 2
+        if block.level:
+            headings.append(Heading(level=block.level, title=block.title, start=pos, end=pos + len(block.text)))
+        parts.append(block.text)
+        pos += len(block.text)
+    text = "".join(parts)
+    for h in headings:  # built, not found: make sure the two agree
+        assert text[h.start : h.end].endswith(h.title), h
+    return text, tuple(headings)
+
+
+def _heading_block(level: int, title: str) -> _Block:
+    return _Block(text=f"{'#' * level} {title}", level=level, title=title)
+
+
+# --------------------------------------------------------------------------- HTML
+
+_HTML_SKIP = frozenset(
+    "head title script style noscript template nav footer svg math iframe object embed canvas map "
+    "select button input textarea".split()
+)
+_HTML_HEADINGS = {f"h{n}": n for n in range(1, 7)}
+_HTML_BLOCKS = frozenset(
+    "address article aside blockquote body caption center dd details dialog dir div dl dt fieldset "
+    "figcaption figure form header hgroup hr html legend main menu ol p section summary table tbody "
+    "tfoot thead tr ul".split()
+)
+_WS = re.compile(r"\s+")
+_HEADING_DECOR = " \t\n\xa0¶§#🔗"
+
+
+class _HtmlWriter:
+    """Collects inline text into paragraphs; block elements end the current paragraph.
+
+    Inline elements are concatenated exactly as they are in the source, so
+    `<code>X</code>,` stays `X,` (a separator there would break verbatim quotes).
+    """
+
+    def __init__(self) -> None:
+        self.blocks: list[_Block] = []
+        self.buf: list[str] = []
+        self.prefix = ""
+        self.images: list[str] = []
+
+    def text(self, s: str) -> None:
+        self.buf.append(_WS.sub(" ", s))
+
+    def newline(self) -> None:
+        self.buf.append("\n")
+
+    def cell(self) -> None:
+        if "".join(self.buf).strip():
+            self.buf.append(" | ")
+
+    def flush(self) -> None:
+        raw = "".join(self.buf)
+        self.buf = []
+        para = re.sub(r" *\n *", "\n", re.sub(r" {2,}", " ", raw)).strip()
+        para = re.sub(r"\n{2,}", "\n", para)
+        if para:
+            self.blocks.append(_Block(text=self.prefix + para))
+            self.prefix = ""
+        for image in self.images:
+            self.blocks.append(_Block(text=image))
+        self.images = []
+
+    def heading(self, level: int, title: str) -> None:
+        self.flush()
+        self.blocks.append(_heading_block(level, title))
+
+    def pre(self, raw: str) -> None:
+        self.flush()
+        code = _newlines(raw).strip("\n").rstrip()
+        code = re.sub(r"\n[ \t]*\n(?:[ \t]*\n)+", "\n\n", code)
+        if code.strip():
+            self.blocks.append(_Block(text=code))
+
+
+def _extract_html(source: str) -> Extracted:
+    from bs4 import BeautifulSoup, CData, NavigableString, Tag
+
+    soup = BeautifulSoup(source, "html.parser")
+    w = _HtmlWriter()
+    ol_counters: dict[int, int] = {}
+    # Iterative walk: pages with unclosed <p> nest thousands deep under html.parser.
+    stack: list[tuple[Iterator[object], Tag | None]] = [(iter(list(soup.contents)), None)]
+    while stack:
+        child = next(stack[-1][0], None)
+        if child is None:
+            _, tag = stack.pop()
+            if tag is not None and (tag.name in _HTML_BLOCKS or tag.name == "li"):
+                w.flush()
+            continue
+        if isinstance(child, NavigableString):
+            if type(child) in (NavigableString, CData):  # not comments, doctypes, <?xml?>
+                w.text(str(child))
+            continue
+        if not isinstance(child, Tag):
+            continue
+        name = child.name.lower()
+        if name in _HTML_SKIP or child.has_attr("hidden") or child.get("role") == "navigation":
+            continue
+        if name in _HTML_HEADINGS:
+            title = " ".join(child.get_text().split()).strip(_HEADING_DECOR)
+            if title:
+                w.heading(_HTML_HEADINGS[name], title)
+            else:
+                w.flush()
+            continue
+        if name == "pre":
+            w.pre(child.get_text())
+            continue
+        if name == "br":
+            w.newline()
+            continue
+        if name == "img":
+            _html_image(w, child)
+            continue
+        if name in ("td", "th"):
+            w.cell()
+        elif name == "li":
+            w.flush()
+            parent = child.find_parent(["ol", "ul", "menu", "dir"])  # unclosed <li>/<p> nest items
+            if parent is not None and parent.name == "ol":
+                ol_counters[id(parent)] = ol_counters.get(id(parent), 0) + 1
+                w.prefix = f"{ol_counters[id(parent)]}. "
+            else:
+                w.prefix = "- "
+        elif name in _HTML_BLOCKS:
+            w.flush()
+        stack.append((iter(list(child.contents)), child))
+    w.flush()
+    text, headings = _join_blocks(w.blocks)
+    title = None
+    if soup.title is not None:
+        title = " ".join(soup.title.get_text().split()) or None
+    if title is None:
+        title = next((h.title for h in headings if h.level == 1), None)
+    return Extracted(text=text, headings=headings, pages=(), warnings=(), title=title)
+
+
+def _html_image(w: _HtmlWriter, img: object) -> None:
+    """Keep meaningful images as Markdown references (the UI renders them); drop decoration."""
+    from bs4 import Tag
+
+    assert isinstance(img, Tag)
+    alt = " ".join(str(img.get("alt") or "").split())
+    src = str(img.get("src") or "").strip()
+    if not src or not any(c.isalnum() for c in alt):
+        return
+    link = img.find_parent("a")
+    if link is not None and str(link.get("href") or "").startswith("#"):
+        return  # "back to top" arrows and the like
+    w.images.append(f"![{alt}]({src})")
+
+
+# --------------------------------------------------------------------------- PDF
+
+
+@contextlib.contextmanager
+def _quiet_pypdf() -> Iterator[None]:
+    # pypdf logs font-encoding chatter for ordinary files; it is not actionable for users.
+    logger = logging.getLogger("pypdf")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _extract_pdf(data: bytes, name: str) -> Extracted:
+    import pypdf
+
+    texts: list[str] = []
+    warnings: list[str] = []
+    title = None
+    try:
+        with _quiet_pypdf():
+            reader = pypdf.PdfReader(io.BytesIO(data))
+            if reader.is_encrypted:
+                # Many PDFs are "encrypted" only with an owner password and open with an empty one.
+                if not reader.decrypt(""):
+                    raise ExtractionError(f"{name}: cannot read PDF: it is password-protected")
+            for page in reader.pages:
+                texts.append(_newlines(page.extract_text() or "").replace("\x00", ""))
+            meta = reader.metadata
+            if meta is not None and meta.title:
+                title = " ".join(str(meta.title).split()) or None
+    except ExtractionError:
+        raise
+    except Exception as exc:  # pypdf raises many types (PdfReadError, ValueError, KeyError...)
+        raise ExtractionError(f"{name}: cannot read PDF: {exc or type(exc).__name__}") from exc
+    if not texts:
+        raise ExtractionError(f"{name}: cannot read PDF: it has no pages")
+    pages: list[Page] = []
+    pos = 0
+    for number, page_text in enumerate(texts, start=1):
+        if number > 1:
+            pos += 2  # the "\n\n" joining pages
+        pages.append(Page(number=number, start=pos, end=pos + len(page_text)))
+        pos += len(page_text)
+        if not page_text.strip():
+            warnings.append(f"page {number} has no text layer")
+    text = "\n\n".join(texts)
+    assert all(text[p.start : p.end] == t for p, t in zip(pages, texts))
+    return Extracted(text=text, headings=(), pages=tuple(pages), warnings=tuple(warnings), title=title)
+
+
+# --------------------------------------------------------------------------- DOCX
+
+
+def _extract_docx(data: bytes, name: str) -> Extracted:
+    import docx
+    from docx.table import Table
+    from docx.text.paragraph import Paragraph
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as package:
+            if "word/document.xml" not in package.namelist():
+                raise ExtractionError(f"{name}: cannot read DOCX: it is not a Word document (no word/document.xml)")
+        document = docx.Document(io.BytesIO(data))
+        blocks: list[_Block] = []
+        for item in document.iter_inner_content():
+            if isinstance(item, Paragraph):
+                if block := _docx_paragraph(item):
+                    blocks.append(block)
+            elif isinstance(item, Table):
+                if block := _docx_table(item):
+                    blocks.append(block)
+        core_title = document.core_properties.title
+    except ExtractionError:
+        raise
+    except Exception as exc:  # zipfile.BadZipFile, KeyError, lxml errors...
+        raise ExtractionError(f"{name}: cannot read DOCX: {exc or type(exc).__name__}") from exc
+    text, headings = _join_blocks(blocks)
+    title = " ".join((core_title or "").split()) or next((h.title for h in headings if h.level == 1), None)
+    return Extracted(text=text, headings=headings, pages=(), warnings=(), title=title)
+
+
+def _docx_paragraph(paragraph: object) -> _Block | None:
+    from docx.text.paragraph import Paragraph
+
+    assert isinstance(paragraph, Paragraph)
+    body = _newlines(paragraph.text).strip()
+    if not body:
+        return None
+    style = (paragraph.style.name if paragraph.style is not None else "") or ""
+    if style == "Title":
+        return _heading_block(1, " ".join(body.split()))
+    if m := re.fullmatch(r"Heading ([1-9])", style):
+        return _heading_block(int(m.group(1)), " ".join(body.split()))
+    if style.startswith("List"):
+        body = "- " + body
+    return _Block(text=re.sub(r"\n{2,}", "\n", body))
+
+
+def _docx_table(table: object) -> _Block | None:
+    from docx.table import Table
+
+    assert isinstance(table, Table)
+    rows: list[str] = []
+    for row in table.rows:
+        cells: list[str] = []
+        seen: set[int] = set()
+        for cell in row.cells:
+            if id(cell._tc) in seen:  # a merged cell is reported once per grid column it spans
+                continue
+            seen.add(id(cell._tc))
+            cells.append(" ".join(cell.text.split()))
+        if any(cells):
+            rows.append(" | ".join(cells))
+    return _Block(text="\n".join(rows)) if rows else None
