@@ -16,8 +16,8 @@ class HelloConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self) -> None:
         user: Any = self.scope.get("user")
+        await self.accept()  # closing before accepting would only give the client a bare HTTP 403
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        await self.accept()
         await self.send_json({"type": "hello", "user": user.get_username()})

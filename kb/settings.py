@@ -88,6 +88,19 @@ TEMPLATES = [
     },
 ]
 
+# Retrieval knobs (docs/RETRIEVAL.md explains each and how to recalibrate the threshold) ----
+
+KB_SEARCH_CANDIDATES = env_int("KB_SEARCH_CANDIDATES", 30, minimum=1)  # per candidate list
+KB_SEARCH_RRF_K = env_int("KB_SEARCH_RRF_K", 60, minimum=1)
+KB_SEARCH_THRESHOLD = env_float("KB_SEARCH_THRESHOLD", 0.55)  # max cosine distance that may be answered from
+KB_SEARCH_CAP = env_int("KB_SEARCH_CAP", 5, minimum=1)  # passages that reach the generator
+KB_SEARCH_MMR_LAMBDA = env_float("KB_SEARCH_MMR_LAMBDA", 1.0)  # 1.0: relevance only
+KB_SEARCH_DUPLICATE = env_float("KB_SEARCH_DUPLICATE", 0.97)  # cosine similarity that counts as a duplicate
+KB_SEARCH_INTENT_BOOST = env_float("KB_SEARCH_INTENT_BOOST", 0.2)
+KB_SEARCH_EF_SEARCH = env_int("KB_SEARCH_EF_SEARCH", 100, minimum=1)
+KB_RERANKER_PATH = env_str("KB_RERANKER_PATH", "")  # a local sentence-transformers CrossEncoder directory
+KB_RERANK_FLOOR = env_float("KB_RERANK_FLOOR", -1e9)
+
 # Database ----------------------------------------------------------------------
 
 
@@ -102,7 +115,11 @@ def _database(url: str) -> dict[str, object]:
     except ValueError as exc:
         raise ImproperlyConfigured(f"DATABASE_URL is not a valid URL: {exc}") from None
     config["CONN_HEALTH_CHECKS"] = True
-    config.setdefault("OPTIONS", {})["connect_timeout"] = env_int("KB_DB_CONNECT_TIMEOUT", 5, minimum=1)
+    options = config.setdefault("OPTIONS", {})
+    options["connect_timeout"] = env_int("KB_DB_CONNECT_TIMEOUT", 5, minimum=1)
+    # Per connection, no extra round trip per query: iterative HNSW scans keep a selective
+    # ACL filter from starving the dense list; ef_search trades recall for speed.
+    options["options"] = f"-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search={KB_SEARCH_EF_SEARCH}"
     return config
 
 

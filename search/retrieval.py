@@ -1,0 +1,317 @@
+"""Hybrid retrieval inside permissions.
+
+One SQL round trip gathers three candidate lists, each filtered by the user's access
+principals in its own WHERE before its ORDER BY ... LIMIT (never a post-filter):
+dense (HNSW cosine, iterative index scan), lexical (websearch_to_tsquery +
+ts_rank_cd) and identifier (trigram-indexed ILIKE for codes, keys and flags). They are
+fused by reciprocal rank with a preference for the query's intent audience; then the
+distance gate decides whether anything is close enough to answer from (NO ANSWER
+otherwise), an optional cross-encoder reranks the survivors, MMR drops
+near-duplicates, and a hard cap bounds what reaches the generator.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.db import connection
+
+from accounts.acl import user_principals
+from kb.ingest import embedding
+from kb.ingest.classify import CONCEPT, SCREEN, classify_query
+from kb.models import Chunk
+from search import rerank
+
+WORD = re.compile(r"[A-Za-z0-9][\w'’.-]*[A-Za-z0-9]|[A-Za-z0-9]")
+IDENTIFIER = re.compile(r"-{1,2}[A-Za-z][\w-]+|[A-Za-z0-9_][\w.:/-]*[\w]")
+LIKE_SPECIALS = str.maketrans({"%": r"\%", "_": r"\_", "\\": r"\\"})
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Every knob, defaulting to settings (README "Configuration"); evaluation overrides them."""
+
+    k: int = 20
+    candidates: int = field(default_factory=lambda: settings.KB_SEARCH_CANDIDATES)
+    rrf_k: int = field(default_factory=lambda: settings.KB_SEARCH_RRF_K)
+    threshold: float = field(default_factory=lambda: settings.KB_SEARCH_THRESHOLD)
+    cap: int = field(default_factory=lambda: settings.KB_SEARCH_CAP)
+    mmr_lambda: float = field(default_factory=lambda: settings.KB_SEARCH_MMR_LAMBDA)
+    duplicate: float = field(default_factory=lambda: settings.KB_SEARCH_DUPLICATE)
+    intent_boost: float = field(default_factory=lambda: settings.KB_SEARCH_INTENT_BOOST)
+    ef_search: int = field(default_factory=lambda: settings.KB_SEARCH_EF_SEARCH)
+    lexical: bool = True
+    identifiers: bool = True
+    dense: bool = True
+    rerank: bool = True
+    rerank_floor: float = field(default_factory=lambda: settings.KB_RERANK_FLOOR)
+
+
+@dataclass(frozen=True)
+class Hit:
+    chunk_id: int
+    document_id: int
+    document_title: str
+    mime_type: str
+    ordinal: int
+    breadcrumb: str
+    content: str
+    start: int
+    end: int
+    page: int | None
+    kind: str
+    audience: str
+    part: int | None
+    parts: int | None
+    split_group: str
+    distance: float
+    score: float
+    ranks: dict[str, int]
+    passed: bool = False
+    rerank_score: float | None = None
+
+    @property
+    def fragment(self) -> str:
+        """Locator for the viewer: the character range, plus the page for paged sources."""
+        page = f"&page={self.page}" if self.page else ""
+        return f"#char={self.start},{self.end}{page}"
+
+    @property
+    def link(self) -> str:
+        return f"/documents/{self.document_id}/{self.fragment}"
+
+
+@dataclass
+class SearchResult:
+    query: str
+    intent: str
+    intent_confidence: float
+    threshold: float
+    hits: list[Hit]
+    nearest_distance: float | None
+    timings_ms: dict[str, float]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> list[Hit]:
+        return [hit for hit in self.hits if hit.passed]
+
+    @property
+    def answerable(self) -> bool:
+        return bool(self.passed)
+
+    @property
+    def refusal_reason(self) -> str | None:
+        if self.answerable:
+            return None
+        if self.nearest_distance is None:
+            return "NO ANSWER: no passage you may read matches the question"
+        return (
+            f"NO ANSWER: the nearest passage is at cosine distance {self.nearest_distance:.3f}, "
+            f"above the threshold {self.threshold:.3f}"
+        )
+
+
+def identifiers(query: str) -> list[str]:
+    """Tokens that look like codes, keys, flags or names: exact text matters more than meaning."""
+    found: list[str] = []
+    for token in IDENTIFIER.findall(query):
+        token = token.strip(".:/")
+        if len(token) < 4 or token.lower() in found:
+            continue
+        shaped = (
+            token.startswith("-")
+            or any(c in token for c in "_.:/")
+            or (any(c.isdigit() for c in token) and any(c.isalpha() for c in token))
+            or ("-" in token and any(c.isupper() or c.isdigit() for c in token))
+            or re.search(r"[a-z][A-Z]", token) is not None
+            or (token.isupper() and len(token) >= 4)
+        )
+        if shaped:
+            found.append(token)
+    return found[:6]
+
+
+def lexical_query(query: str) -> str:
+    """Any-word websearch syntax: a question's words are alternatives, ranked by ts_rank_cd."""
+    words = [w for w in WORD.findall(query) if not w.isdigit() or len(w) > 2]
+    return " or ".join(dict.fromkeys(words))
+
+
+def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
+    # Each candidate list carries the ACL overlap in its own WHERE, ahead of ORDER BY/LIMIT,
+    # so a restricted chunk is never ranked for this user (tests assert it on this SQL).
+    acl = "c.acl && %(principals)s::varchar[]"
+    empty = "SELECT NULL::bigint AS id, NULL::bigint AS r WHERE false"
+    dense_sql = f"""
+        SELECT id, row_number() OVER (ORDER BY distance, id) AS r FROM (
+            SELECT c.id, c.embedding <=> %(vector)s::vector AS distance
+            FROM kb_chunk c WHERE {acl}
+            ORDER BY c.embedding <=> %(vector)s::vector LIMIT %(n)s
+        ) d""" if dense else empty
+    lexical_sql = f"""
+        SELECT id, row_number() OVER (ORDER BY rank DESC, id) AS r FROM (
+            SELECT c.id, ts_rank_cd(c.search, q, 32) AS rank
+            FROM kb_chunk c, websearch_to_tsquery('english', %(lexical)s) q
+            WHERE {acl} AND c.search @@ q
+            ORDER BY rank DESC LIMIT %(n)s
+        ) l""" if lexical else empty
+    if idents:
+        matches = " + ".join(f"(c.text ILIKE %(ident{i})s)::int" for i in range(idents))
+        where = " OR ".join(f"c.text ILIKE %(ident{i})s" for i in range(idents))
+        ident_sql = f"""
+        SELECT id, row_number() OVER (ORDER BY matched DESC, id) AS r FROM (
+            SELECT c.id, {matches} AS matched
+            FROM kb_chunk c WHERE {acl} AND ({where})
+            ORDER BY matched DESC, c.id LIMIT %(n)s
+        ) t"""
+    else:
+        ident_sql = empty
+    return f"""
+    WITH dense AS ({dense_sql}),
+    lexical AS ({lexical_sql}),
+    ident AS ({ident_sql}),
+    ranked AS (
+        SELECT id, r, 'dense' AS source FROM dense
+        UNION ALL SELECT id, r, 'lexical' FROM lexical
+        UNION ALL SELECT id, r, 'ident' FROM ident
+    ),
+    fused AS (
+        SELECT id, sum(1.0 / (%(rrf_k)s + r)) AS rrf,
+               min(r) FILTER (WHERE source = 'dense') AS dense_rank,
+               min(r) FILTER (WHERE source = 'lexical') AS lexical_rank,
+               min(r) FILTER (WHERE source = 'ident') AS ident_rank
+        FROM ranked GROUP BY id
+    )
+    SELECT c.id, c.document_id, d.title, d.mime_type, d.embedding_model, c.ordinal, c.breadcrumb, c.content,
+           c.start, c."end", c.page, c.kind, c.audience, c.part, c.parts, c.split_group,
+           c.embedding <=> %(vector)s::vector AS distance, f.rrf, f.dense_rank, f.lexical_rank, f.ident_rank,
+           c.embedding::real[]
+    FROM fused f JOIN kb_chunk c ON c.id = f.id JOIN kb_document d ON d.id = c.document_id
+    ORDER BY f.rrf DESC, c.id
+    """
+
+
+def _candidates(*, principals: list[str], query: str, vector: np.ndarray, options: SearchOptions) -> list[tuple[Any, ...]]:
+    idents = identifiers(query) if options.identifiers else []
+    lexical = lexical_query(query) if options.lexical else ""
+    params: dict[str, Any] = {
+        "principals": principals,
+        "vector": vector.tolist(),
+        "n": options.candidates,
+        "lexical": lexical,
+        "rrf_k": options.rrf_k,
+        **{f"ident{i}": f"%{token.translate(LIKE_SPECIALS)}%" for i, token in enumerate(idents)},
+    }
+    sql = _candidate_sql(dense=options.dense, lexical=bool(lexical), idents=len(idents))
+    with connection.cursor() as cursor:
+        if options.ef_search != settings.KB_SEARCH_EF_SEARCH:
+            cursor.execute("SELECT set_config('hnsw.ef_search', %s, false)", [str(options.ef_search)])
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
+
+
+def _mmr(hits: list[Hit], vectors: dict[int, np.ndarray], *, lam: float, duplicate: float) -> list[Hit]:
+    """Maximal marginal relevance over fused scores; near-duplicates of a kept hit are dropped."""
+    if not hits:
+        return hits
+    top = max(h.score for h in hits) or 1.0
+    remaining, chosen = list(hits), []
+    while remaining:
+        best, best_value = None, -np.inf
+        for hit in remaining:
+            similarity = max((float(vectors[hit.chunk_id] @ vectors[c.chunk_id]) for c in chosen), default=0.0)
+            if similarity >= duplicate:
+                continue
+            value = lam * hit.score / top - (1 - lam) * similarity
+            if value > best_value:
+                best, best_value = hit, value
+        if best is None:
+            break
+        chosen.append(best)
+        remaining = [h for h in remaining if h is not best and
+                     float(vectors[h.chunk_id] @ vectors[best.chunk_id]) < duplicate]
+    return chosen
+
+
+def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None) -> SearchResult:
+    """Ranked hits the user may read, each marked whether it passed the gate and the cap."""
+    options = options or SearchOptions()
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    intent, confidence = classify_query(query)
+    principals = user_principals(user)
+    result = SearchResult(query, intent, confidence, options.threshold, [], None, timings)
+    if not principals or not query.strip():
+        return result
+
+    vector = embedding.embed([query])[0]
+    timings["embed"] = (time.perf_counter() - started) * 1000
+    rows = _candidates(principals=principals, query=query, vector=vector, options=options)
+    timings["sql"] = (time.perf_counter() - started) * 1000 - timings["embed"]
+
+    model = settings.KB_EMBEDDING_MODEL
+    foreign = {row[4] for row in rows if row[4] != model}
+    if foreign:
+        # Vectors from another model are not comparable with this query's: leave them out and say so.
+        result.warnings.append(
+            f"some documents were indexed with another embedding model ({', '.join(sorted(foreign))}); "
+            "re-index them to make them searchable"
+        )
+    # An intent we are sure of favours chunks of that audience; an unsure one (concept) barely does.
+    preferred = intent if intent == SCREEN else CONCEPT
+    boost = options.intent_boost * confidence
+    vectors: dict[int, np.ndarray] = {}
+    hits: list[Hit] = []
+    for row in rows:
+        if row[4] != model:
+            continue
+        (cid, did, title, mime, _, ordinal, crumb, content, start, end, page, kind, audience, part, parts, group,
+         distance, rrf, dense_rank, lexical_rank, ident_rank, vec) = row
+        vectors[cid] = np.asarray(vec, dtype=np.float32)
+        score = float(rrf) * (1 + boost if audience == preferred else 1)
+        ranks = {k: int(v) for k, v in (("dense", dense_rank), ("lexical", lexical_rank), ("ident", ident_rank)) if v}
+        hits.append(Hit(cid, did, title, mime, ordinal, crumb, content, start, end, page, kind, audience, part,
+                        parts, group, float(distance), score, ranks))
+    hits.sort(key=lambda h: (-h.score, h.distance, h.chunk_id))
+    result.nearest_distance = min((h.distance for h in hits), default=None)
+
+    hits = _mmr(hits, vectors, lam=options.mmr_lambda, duplicate=options.duplicate)
+    gated = [h for h in hits if h.distance <= options.threshold]
+    if options.rerank and gated and rerank.enabled():
+        reranked_at = time.perf_counter()
+        scores = rerank.scores(query, [h.content for h in gated])
+        gated = sorted((replace(h, rerank_score=s) for h, s in zip(gated, scores, strict=True)),
+                       key=lambda h: -(h.rerank_score or 0.0))
+        gated = [h for h in gated if (h.rerank_score or 0.0) >= options.rerank_floor]
+        timings["rerank"] = (time.perf_counter() - reranked_at) * 1000
+    chosen = {h.chunk_id: h for h in gated[: options.cap]}
+    # Passed hits first (in generator order), then the rest in fused order, up to k.
+    ordered = [replace(h, passed=True) for h in chosen.values()]
+    ordered += [h for h in hits if h.chunk_id not in chosen]
+    result.hits = ordered[: options.k]
+    timings["total"] = (time.perf_counter() - started) * 1000
+    return result
+
+
+def reassemble(hits: Sequence[Hit]) -> list[list[Chunk]]:
+    """The passed hits as sources for the generator: a split section's parts come back whole, in order."""
+    sources: list[list[Chunk]] = []
+    seen_groups: set[tuple[int, str]] = set()
+    for hit in hits:
+        if hit.split_group:
+            key = (hit.document_id, hit.split_group)
+            if key in seen_groups:
+                continue
+            seen_groups.add(key)
+            parts = Chunk.objects.filter(document_id=hit.document_id, split_group=hit.split_group).order_by("ordinal")
+            sources.append(list(parts))
+        else:
+            sources.append([Chunk.objects.get(pk=hit.chunk_id)])
+    return sources
