@@ -20,6 +20,7 @@ class BearerToken(HttpBearer):
 
 
 api = NinjaAPI(title="Knowledge base API", version="1", auth=[BearerToken(), django_auth], urls_namespace="api")
+api.add_router("/search", "search.api.router")
 
 
 class MeOut(Schema):

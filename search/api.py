@@ -1,0 +1,83 @@
+"""GET /api/search: ranked passages the caller may read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Query, Router, Schema
+from pydantic import Field
+
+from search.retrieval import SearchOptions, SearchResult, hybrid_search
+
+router = Router(tags=["search"])
+
+
+class SearchIn(Schema):
+    q: str = Field(min_length=1, max_length=2000)
+    k: int = Field(default=20, ge=1, le=100)
+
+
+class HitOut(Schema):
+    rank: int
+    document_id: int
+    document_title: str
+    chunk_id: int
+    breadcrumb: str
+    content: str
+    start: int
+    end: int
+    page: int | None
+    link: str
+    distance: float
+    score: float
+    kind: str
+    audience: str
+    passed: bool
+
+
+class SearchOut(Schema):
+    query: str
+    intent: str
+    answerable: bool
+    refusal_reason: str | None
+    threshold: float
+    nearest_distance: float | None
+    hits: list[HitOut]
+
+
+def search_payload(result: SearchResult) -> dict[str, Any]:
+    """The JSON shape shared by the API and `manage.py search --json`."""
+    return {
+        "query": result.query,
+        "intent": result.intent,
+        "answerable": result.answerable,
+        "refusal_reason": result.refusal_reason,
+        "threshold": result.threshold,
+        "nearest_distance": result.nearest_distance,
+        "hits": [
+            {
+                "rank": rank,
+                "document_id": h.document_id,
+                "document_title": h.document_title,
+                "chunk_id": h.chunk_id,
+                "breadcrumb": h.breadcrumb,
+                "content": h.content,
+                "start": h.start,
+                "end": h.end,
+                "page": h.page,
+                "link": h.link,
+                "distance": round(h.distance, 4),
+                "score": round(h.score, 6),
+                "kind": h.kind,
+                "audience": h.audience,
+                "passed": h.passed,
+            }
+            for rank, h in enumerate(result.hits, 1)
+        ],
+    }
+
+
+@router.get("", response=SearchOut)
+def search(request: HttpRequest, params: Query[SearchIn]) -> dict[str, Any]:
+    return search_payload(hybrid_search(user=request.user, query=params.q, options=SearchOptions(k=params.k)))
