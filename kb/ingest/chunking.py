@@ -27,6 +27,7 @@ MIN_TOKENS = 40  # a subsection shorter than this merges with its parent
 SECTION, SUBSECTION, MERGED, NOTE, PART = "section", "subsection", "merged", "note", "part"
 
 _ELLIPSIS = "…"
+_BALANCE_UP_TO = 8  # parts of one section that are evened out in size
 
 Count = Callable[[str], int]
 Span = tuple[int, int]
@@ -123,7 +124,7 @@ def _sections(extracted: Extracted, *, title: str) -> list[_Unit]:
         units = [_Unit(kind=NOTE, breadcrumb=(doc_title,), start=0, end=first, heading_start=0)]
     else:
         units = []
-    # A lone h1 that opens the document is its title: its children are the sections.
+    # A lone h1 that opens the document is its title: its children are the sections, its own text a note.
     title_heading = heads[0] if heads and heads[0].level == 1 and sum(h.level == 1 for h in heads) == 1 else None
     stack: list[Heading] = []
     for i, head in enumerate(heads):
@@ -137,7 +138,8 @@ def _sections(extracted: Extracted, *, title: str) -> list[_Unit]:
         end = heads[i + 1].start if i + 1 < len(heads) else len(text)
         units.append(
             _Unit(
-                kind=SECTION if depth <= 1 else SUBSECTION,
+                # The title's own text sits before any section: like the preamble, a note.
+                kind=NOTE if head is title_heading else SECTION if depth <= 1 else SUBSECTION,
                 breadcrumb=(doc_title, *names),
                 start=head.end,
                 end=end,
@@ -147,7 +149,7 @@ def _sections(extracted: Extracted, *, title: str) -> list[_Unit]:
     return units
 
 
-def _merge_short(units: list[_Unit], cutter: _Cutter) -> Iterator[_Unit]:
+def _merge_short(units: list[_Unit], cutter: _Cutter) -> list[_Unit]:
     """Fold each short subsection into the unit just before it, when that fits the budget.
 
     Into an ancestor, the merged chunk keeps the ancestor's breadcrumb; with a sibling,
@@ -174,7 +176,7 @@ def _merge_short(units: list[_Unit], cutter: _Cutter) -> Iterator[_Unit]:
             out[-1] = merged
         else:
             out.append(unit)
-    yield from out
+    return out
 
 
 # --------------------------------------------------------------------------- cutting within the budget
@@ -198,13 +200,15 @@ _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
 # character that can start a sentence; a new list item or table row also starts one.
 _SENTENCE_END = re.compile(r"[.!?…][\"'”’)\]]*\s+")
 _ITEM_START = re.compile(r"\n[ \t]*(?=[-*+|>]\s|\||\d{1,3}[.)]\s)")
-_ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|cf|approx|incl|no|fig|mr|mrs|ms|dr|st|jr|sr)|\b[A-Za-z])\.$", re.I)
-def _starts_sentence(c: str) -> bool:
-    return c.isupper() or c.isdigit() or (c != "" and c in "\"'“‘([*`_$<")
-
-
+_ABBREVIATION = re.compile(
+    r"(?:\b(?:e\.g|i\.e|etc|vs|cf|approx|incl|no|fig|mr|mrs|ms|dr|st|jr|sr)|\b[A-Za-z])\.$", re.IGNORECASE
+)
 _LINE_BREAK = re.compile(r"\n\s*")
 _WORD_BREAK = re.compile(r"\s+")
+
+
+def _starts_sentence(c: str) -> bool:
+    return c.isupper() or c.isdigit() or (c != "" and c in "\"'“‘([*`_$<")
 
 
 class _Cutter:
@@ -216,6 +220,8 @@ class _Cutter:
         self.page_starts = [p.start for p in self.pages]
         self.max_tokens = max_tokens
         self.count = count
+        self._chars_bound_pieces = count is count_tokens  # the shortcut in fits() is only proven for it
+        self._header_counts: dict[str, int] = {}
         self._headers: dict[tuple[str, ...], str] = {}
         self._counts: dict[tuple[str, int, int], int] = {}
 
@@ -251,7 +257,17 @@ class _Cutter:
         return self._counts[key]
 
     def fits(self, header: str, start: int, end: int, limit: int | None = None) -> bool:
-        return self.tokens(header, start, end) <= (limit or self.max_tokens)
+        limit = limit or self.max_tokens
+        # No character yields more than 3 word-pieces (a Hangul syllable splits into its jamo;
+        # checked over every code point), so a short span fits without tokenizing it.
+        if self._chars_bound_pieces and self.tokens_of(header) + 3 * (end - start) <= limit:
+            return True
+        return self.tokens(header, start, end) <= limit
+
+    def tokens_of(self, header: str) -> int:
+        if header not in self._header_counts:
+            self._header_counts[header] = self.count(header)
+        return self._header_counts[header]
 
     def content_tokens(self, start: int, end: int) -> int:
         s, e = self.strip(start, end)
@@ -265,9 +281,7 @@ class _Cutter:
 
     def pieces(self, unit: _Unit) -> list[_Piece]:
         header = self.header(unit.breadcrumb)
-        segments = [seg for seg in self._page_segments(unit.start, unit.end)]
-        segments = [self.strip(s, e) for s, e in segments]
-        segments = [(s, e) for s, e in segments if e > s]
+        segments = [(s, e) for s, e in (self.strip(*seg) for seg in self._page_segments(unit.start, unit.end)) if e > s]
         if not segments:
             return []
         if len(segments) == 1 and self.fits(header, *segments[0]):
@@ -275,13 +289,15 @@ class _Cutter:
             return [self._piece(unit.kind, header, s, e)]
         spans = [span for s, e in segments for span in self._parts(header, s, e)]
         group = _digest("group", "\x1f".join(unit.breadcrumb), "\x1e", self.text[unit.start : unit.end])[:16]
-        n = len(spans)
         return [
-            self._piece(PART, header, s, e, part=i, parts=n, group=group) for i, (s, e) in enumerate(spans, start=1)
+            self._piece(PART, header, s, e, part=(i, len(spans), group)) for i, (s, e) in enumerate(spans, start=1)
         ]
 
-    def _piece(self, kind: str, header: str, start: int, end: int, **split: object) -> _Piece:
+    def _piece(
+        self, kind: str, header: str, start: int, end: int, *, part: tuple[int, int, str] | None = None
+    ) -> _Piece:
         content = self.text[start:end]
+        i, n, group = part if part is not None else (None, None, None)
         return _Piece(
             kind=kind,
             text=header + "\n" + content,
@@ -289,7 +305,9 @@ class _Cutter:
             start=start,
             end=end,
             tokens=self.tokens(header, start, end),
-            **split,  # type: ignore[arg-type]
+            part=i,
+            parts=n,
+            group=group,
         )
 
     def _page_segments(self, start: int, end: int) -> Iterator[Span]:
@@ -307,10 +325,10 @@ class _Cutter:
         atoms = self._atoms(header, start, end, level=0)
         greedy = self._pack(header, atoms, self.max_tokens)
         assert greedy is not None  # every atom fits alone, so the full budget always packs
-        if len(greedy) == 1:
-            return greedy
+        if not 1 < len(greedy) <= _BALANCE_UP_TO:
+            return greedy  # in a long run of parts only the last is short; not worth the passes
         # Even the parts out: the smallest limit that still needs no more parts than greedy.
-        lo, hi, best = 1, self.max_tokens, greedy
+        lo, hi, best = max(1, self.tokens(header, start, end) // len(greedy)), self.max_tokens, greedy
         while lo < hi:
             mid = (lo + hi) // 2
             packed = self._pack(header, atoms, mid)
@@ -331,9 +349,18 @@ class _Cutter:
                 lead = self._overlap_start(header, parts[-1], atoms[i], limit)
             if not self.fits(header, lead, atoms[i][1], limit):
                 return None
-            j = i
-            while j + 1 < len(atoms) and self.fits(header, lead, atoms[j + 1][1], limit):
-                j += 1
+            # The last atom that still fits: gallop, then bisect (fitting is monotone in the end).
+            good, step = i, 1
+            while good + step < len(atoms) and self.fits(header, lead, atoms[good + step][1], limit):
+                good, step = good + step, step * 2
+            bad = min(good + step, len(atoms))
+            while bad - good > 1:
+                mid = (good + bad) // 2
+                if self.fits(header, lead, atoms[mid][1], limit):
+                    good = mid
+                else:
+                    bad = mid
+            j = good
             parts.append((lead, atoms[j][1]))
             i = j + 1
         return parts
@@ -345,13 +372,15 @@ class _Cutter:
             # No sentence structure (PDF columns, lists): lines, but not ones continuing a sentence.
             lines = _LINE_BREAK.finditer(self.text[prev[0] : prev[1]])
             starts = [prev[0] + m.end() for m in lines if not self.text[prev[0] + m.end()].islower()]
-        for s in sorted(starts):  # earliest first: as much overlap as the allowance takes
+        best = first[0]
+        for s in sorted(starts, reverse=True):  # the overlap grows as its start moves back
             s, e = self.strip(s, prev[1])
             if e <= s or s <= prev[0]:
                 continue
-            if self.content_tokens(s, e) <= OVERLAP_TOKENS and self.fits(header, s, first[1], limit):
-                return s
-        return first[0]
+            if self.content_tokens(s, e) > OVERLAP_TOKENS or not self.fits(header, s, first[1], limit):
+                break
+            best = s
+        return best
 
     def _sentence_starts(self, start: int, end: int) -> list[int]:
         chunk = self.text[start:end]
@@ -392,7 +421,12 @@ class _Cutter:
         atoms: list[Span] = []
         s = start
         while s < end:
-            lo, hi = s + 1, end  # the longest prefix that fits; a single character always does
+            # The longest prefix that fits (a single character always does): gallop, then bisect,
+            # so a megabyte-long "word" costs a few tokenizer calls per piece, not per character.
+            lo, step = s + 1, 256
+            while lo < end and self.fits(header, s, min(s + step, end)):
+                lo, step = min(s + step, end), step * 2
+            hi = min(s + step, end) if lo < end else end
             while lo < hi:
                 mid = (lo + hi + 1) // 2
                 if self.fits(header, s, mid):

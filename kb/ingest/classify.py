@@ -49,7 +49,9 @@ _SCREEN_QUESTION = _lexicon(
     {
         r"where (?:is|are|do|does|can|should|would|'s|in|on)": 2.5,
         r"where do i click|where to click|where can i find": 3.0,
-        r"(?:which|what) (?:field|button|menu|tab|checkbox|link|icon|column|box|screen|page|dialog|window|panel)s?": 3.0,
+        r"(?:which|what) (?:field|button|menu|tab|checkbox|link|icon|column|box|screen|page|dialog|window|panel)s?": (
+            3.0
+        ),
         r"(?:which|what) (?:option|setting|item|entry)s?": 1.5,
         r"how (?:do|can|would|should) i": 1.0,  # a procedure: in a product's docs, often done on screen
         r"appear(?:s|ed)?|shown|displayed|show up|visible|under which name|called in": 1.0,

@@ -17,6 +17,12 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePath
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # parsers are imported where used: a Markdown upload need not load lxml
+    from bs4 import PageElement, Tag
+    from docx.table import Table
+    from docx.text.paragraph import Paragraph
 
 EXTRACTOR_VERSION: int = 1
 
@@ -94,6 +100,8 @@ def detect_mime(*, filename: str, head: bytes) -> str:
         if not head.startswith(b"PK\x03\x04"):
             raise UnsupportedFile(f"{name}: the file is not a Word .docx document (it is not a ZIP package)")
     else:
+        if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+            raise UnsupportedFile(f"{name}: the file is UTF-16 text; save it as UTF-8")
         if b"\x00" in head:
             raise UnsupportedFile(f"{name}: the file is not text (it contains NUL bytes); is it really {ext}?")
         try:
@@ -336,7 +344,7 @@ def _extract_html(source: str) -> Extracted:
     w = _HtmlWriter()
     ol_counters: dict[int, int] = {}
     # Iterative walk: pages with unclosed <p> nest thousands deep under html.parser.
-    stack: list[tuple[Iterator[object], Tag | None]] = [(iter(list(soup.contents)), None)]
+    stack: list[tuple[Iterator[PageElement], Tag | None]] = [(iter(list(soup.contents)), None)]
     while stack:
         child = next(stack[-1][0], None)
         if child is None:
@@ -392,11 +400,8 @@ def _extract_html(source: str) -> Extracted:
     return Extracted(text=text, headings=headings, pages=(), warnings=(), title=title)
 
 
-def _html_image(w: _HtmlWriter, img: object) -> None:
+def _html_image(w: _HtmlWriter, img: Tag) -> None:
     """Keep meaningful images as Markdown references (the UI renders them); drop decoration."""
-    from bs4 import Tag
-
-    assert isinstance(img, Tag)
     alt = " ".join(str(img.get("alt") or "").split())
     src = str(img.get("src") or "").strip()
     if not src or not any(c.isalnum() for c in alt):
@@ -439,7 +444,7 @@ def _extract_pdf(data: bytes, name: str) -> Extracted:
                 texts.append(_newlines(page.extract_text() or "").replace("\x00", ""))
             meta = reader.metadata
             if meta is not None and meta.title:
-                title = " ".join(str(meta.title).split()) or None
+                title = _pdf_title(str(meta.title))
     except ExtractionError:
         raise
     except Exception as exc:  # pypdf raises many types (PdfReadError, ValueError, KeyError...)
@@ -458,6 +463,15 @@ def _extract_pdf(data: bytes, name: str) -> Extracted:
     text = "\n\n".join(texts)
     assert all(text[p.start : p.end] == t for p, t in zip(pages, texts))
     return Extracted(text=text, headings=(), pages=tuple(pages), warnings=tuple(warnings), title=title)
+
+
+def _pdf_title(raw: str) -> str | None:
+    """The metadata title, unless it is the usual junk: a file name or a tool's stamp."""
+    title = " ".join(raw.split())
+    title = re.sub(r"^Microsoft (?:Word|PowerPoint|Excel) - ", "", title)
+    if " " not in title or re.search(r"\.(?:docx?|pptx?|xlsx?|indd|pdf|tex|dvi)$", title, re.I):
+        return None
+    return title
 
 
 # --------------------------------------------------------------------------- DOCX
@@ -491,10 +505,7 @@ def _extract_docx(data: bytes, name: str) -> Extracted:
     return Extracted(text=text, headings=headings, pages=(), warnings=(), title=title)
 
 
-def _docx_paragraph(paragraph: object) -> _Block | None:
-    from docx.text.paragraph import Paragraph
-
-    assert isinstance(paragraph, Paragraph)
+def _docx_paragraph(paragraph: Paragraph) -> _Block | None:
     body = _newlines(paragraph.text).strip()
     if not body:
         return None
@@ -508,10 +519,7 @@ def _docx_paragraph(paragraph: object) -> _Block | None:
     return _Block(text=re.sub(r"\n{2,}", "\n", body))
 
 
-def _docx_table(table: object) -> _Block | None:
-    from docx.table import Table
-
-    assert isinstance(table, Table)
+def _docx_table(table: Table) -> _Block | None:
     rows: list[str] = []
     for row in table.rows:
         cells: list[str] = []
