@@ -280,33 +280,67 @@ def stop_redis(root: Path | None = None) -> None:
 
 
 # Wiring ----------------------------------------------------------------------
+# Every process that uses an embedded server registers its pid; the last one to leave
+# stops the server. A `manage.py shell` next to `make run` keeps the servers alive for
+# itself, and whichever finishes last turns the lights off. Dead pids are pruned, so a
+# killed process never keeps a server alive forever.
+
+_CONTROL = {"postgres": (start_postgres, stop_postgres), "redis": (start_redis, stop_redis)}
+
+
+def _users(root: Path, name: str) -> Path:
+    return root / f".{name}.users"
+
+
+def _live_users(path: Path) -> list[int]:
+    try:
+        pids = [int(p) for p in path.read_text().split()]
+    except (OSError, ValueError):
+        return []
+    return [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+
+
+def use(name: str, root: Path | None = None) -> Service:
+    """Start or reuse the embedded server `name` and register this process as one of its users."""
+    root = root or var_dir()
+    start, _ = _CONTROL[name]
+    with _locked(root / f".{name}.lease.lock"):
+        service = start(root)
+        users = [pid for pid in _live_users(_users(root, name)) if pid != os.getpid()]
+        _users(root, name).write_text(" ".join(str(pid) for pid in [*users, os.getpid()]))
+    return service
+
+
+def leave(name: str, root: Path | None = None) -> bool:
+    """Unregister this process; stop the server when no other live process uses it. True if stopped."""
+    root = root or var_dir()
+    _, stop = _CONTROL[name]
+    with _locked(root / f".{name}.lease.lock"):
+        others = [pid for pid in _live_users(_users(root, name)) if pid != os.getpid()]
+        _users(root, name).write_text(" ".join(str(pid) for pid in others))
+        if others:
+            return False
+        stop(root)
+        return True
 
 
 def ensure_services() -> tuple[str, str]:
-    """DATABASE_URL and REDIS_URL, starting embedded servers for whichever is unset.
-
-    Servers started here are stopped when this process exits (not in forked children).
-    """
+    """DATABASE_URL and REDIS_URL, using the embedded servers for whichever is unset."""
     root = var_dir()
     database_url = os.environ.get("DATABASE_URL", "")
     redis_url = os.environ.get("REDIS_URL", "")
-    owner = os.getpid()
     if not database_url:
-        pg = start_postgres(root)
-        database_url = pg.url
-        if pg.started_here:
-            atexit.register(_stop_if_owner, owner, stop_postgres, root)
+        database_url = use("postgres", root).url
+        atexit.register(_leave_from, os.getpid(), "postgres", root)
     if not redis_url:
-        rd = start_redis(root)
-        redis_url = rd.url
-        if rd.started_here:
-            atexit.register(_stop_if_owner, owner, stop_redis, root)
+        redis_url = use("redis", root).url
+        atexit.register(_leave_from, os.getpid(), "redis", root)
     return database_url, redis_url
 
 
-def _stop_if_owner(owner: int, stop: object, root: Path) -> None:
-    if os.getpid() == owner and callable(stop):
-        stop(root)
+def _leave_from(pid: int, name: str, root: Path) -> None:
+    if os.getpid() == pid:  # not in forked children (Celery's pool), which inherit atexit hooks
+        leave(name, root)
 
 
 def local_secret_key() -> str:

@@ -120,11 +120,8 @@ class Launcher:
         for process in reversed(self.children):
             stop_process_group(process)
         self.children.clear()
-        root = embedded.var_dir()
-        if "redis" in self.owned:
-            embedded.stop_redis(root)
-        if "postgres" in self.owned:
-            embedded.stop_postgres(root)
+        for name in reversed(self.owned):
+            embedded.leave(name)
         self.owned.clear()
 
 
@@ -151,15 +148,11 @@ def run(host: str, port: int) -> int:
         database_url = os.environ.get("DATABASE_URL", "")
         redis_url = os.environ.get("REDIS_URL", "")
         if not database_url:
-            pg = embedded.start_postgres()
-            database_url = pg.url
-            if pg.started_here:
-                launcher.owned.append("postgres")
+            database_url = embedded.use("postgres").url
+            launcher.owned.append("postgres")
         if not redis_url:
-            rd = embedded.start_redis()
-            redis_url = rd.url
-            if rd.started_here:
-                launcher.owned.append("redis")
+            redis_url = embedded.use("redis").url
+            launcher.owned.append("redis")
         problems = service_problems(database_url, redis_url)
         if problems:
             raise LaunchError("\n".join(problems))

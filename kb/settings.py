@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.postgres",
+    "ninja",  # serves its own Swagger UI assets: no CDN
     "kb",
     "accounts",
     "search",

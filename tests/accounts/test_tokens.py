@@ -75,3 +75,14 @@ def test_login_and_logout_pages(people: dict[str, Any], client: Client) -> None:
     assert client.get("/").status_code == 200
     assert client.post("/accounts/logout/").status_code == 302
     assert client.get("/").status_code == 302
+
+
+def test_openapi_schema_and_docs_are_served_without_a_cdn(people: dict[str, Any], client: Client) -> None:
+    schema = client.get("/api/openapi.json")
+    assert schema.status_code == 200
+    assert "/api/search" in schema.json()["paths"]
+    client.force_login(people["alice"])
+    docs = client.get("/api/docs")
+    assert docs.status_code == 200
+    assert b"/static/ninja/swagger-ui-bundle.js" in docs.content
+    assert b"cdn." not in docs.content

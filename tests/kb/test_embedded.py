@@ -11,6 +11,27 @@ from kb import embedded
 from tests.conftest import manage, service_env
 
 
+def test_the_last_user_to_leave_stops_the_server(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = embedded.use("redis", tmp_path)
+        (tmp_path / ".redis.users").write_text(f"{other.pid} {__import__('os').getpid()}")
+        assert embedded.leave("redis", tmp_path) is False  # another live process still uses it
+        assert embedded._redis_running(tmp_path / "redis") == (started.pid, int(started.url.rsplit(":", 1)[1]))
+        again = embedded.use("redis", tmp_path)
+        assert (again.pid, again.started_here) == (started.pid, False)
+        other.kill()
+        other.wait()
+        assert embedded.leave("redis", tmp_path) is True  # the other one died: we were the last
+        assert embedded._redis_running(tmp_path / "redis") is None
+    finally:
+        other.kill()
+        embedded.stop_redis(tmp_path)
+
+
 def test_a_running_server_is_reused_not_started_twice(tmp_path: Path) -> None:
     first = embedded.start_redis(tmp_path)
     try:
