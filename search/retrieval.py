@@ -40,6 +40,9 @@ class SearchOptions:
     k: int = 20
     candidates: int = field(default_factory=lambda: settings.KB_SEARCH_CANDIDATES)
     rrf_k: int = field(default_factory=lambda: settings.KB_SEARCH_RRF_K)
+    weight_dense: float = field(default_factory=lambda: settings.KB_SEARCH_WEIGHT_DENSE)
+    weight_lexical: float = field(default_factory=lambda: settings.KB_SEARCH_WEIGHT_LEXICAL)
+    weight_ident: float = field(default_factory=lambda: settings.KB_SEARCH_WEIGHT_IDENT)
     threshold: float = field(default_factory=lambda: settings.KB_SEARCH_THRESHOLD)
     cap: int = field(default_factory=lambda: settings.KB_SEARCH_CAP)
     mmr_lambda: float = field(default_factory=lambda: settings.KB_SEARCH_MMR_LAMBDA)
@@ -119,19 +122,25 @@ class SearchResult:
 
 
 def identifiers(query: str) -> list[str]:
-    """Tokens that look like codes, keys, flags or names: exact text matters more than meaning."""
+    """Tokens that look like codes, keys, flags or names: exact text matters more than meaning.
+
+    Ordinary capitalised words and product names (one or two humps: "OpenRefine") are not
+    identifiers; they would reward every chunk of a manual instead of the one that matters.
+    """
     found: list[str] = []
     for token in IDENTIFIER.findall(query):
-        token = token.strip(".:/")
-        if len(token) < 4 or token.lower() in found:
+        token = token.strip(".:/-") if not token.startswith("-") else token.rstrip(".:/")
+        if len(token) < 4 or token.lower() in (f.lower() for f in found):
             continue
+        humps = len(re.findall(r"[A-Z]", token))
         shaped = (
             token.startswith("-")
             or any(c in token for c in "_.:/")
             or (any(c.isdigit() for c in token) and any(c.isalpha() for c in token))
             or ("-" in token and any(c.isupper() or c.isdigit() for c in token))
-            or re.search(r"[a-z][A-Z]", token) is not None
-            or (token.isupper() and len(token) >= 4)
+            or (token[0].islower() and humps >= 1)  # etcdMembersDown, p_expression
+            or humps >= 3  # KubePodCrashLooping
+            or (token.isupper() and len(token) >= 5)  # ECONNREFUSED
         )
         if shaped:
             found.append(token)
@@ -155,35 +164,45 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
             FROM kb_chunk c WHERE {acl}
             ORDER BY c.embedding <=> %(vector)s::vector LIMIT %(n)s
         ) d""" if dense else empty
+    # IDF-weighted: each query lexeme's ts_rank in the chunk times its inverse document
+    # frequency (search_lexeme_stats), so rare words outweigh words every chunk has.
+    # A lexeme the statistics do not know yet counts as rare.
     lexical_sql = f"""
         SELECT id, row_number() OVER (ORDER BY rank DESC, id) AS r FROM (
-            SELECT c.id, ts_rank_cd(c.search, q, 32) AS rank
-            FROM kb_chunk c, websearch_to_tsquery('english', %(lexical)s) q
-            WHERE {acl} AND c.search @@ q
-            ORDER BY rank DESC LIMIT %(n)s
+            SELECT c.id, sum(ts_rank(c.search, t.q, 0) * t.idf) AS rank
+            FROM kb_chunk c, websearch_to_tsquery('english', %(lexical)s) anyword, terms t
+            WHERE {acl} AND c.search @@ anyword AND c.search @@ t.q
+            GROUP BY c.id ORDER BY rank DESC LIMIT %(n)s
         ) l""" if lexical else empty
     if idents:
         matches = " + ".join(f"(c.text ILIKE %(ident{i})s)::int" for i in range(idents))
         where = " OR ".join(f"c.text ILIKE %(ident{i})s" for i in range(idents))
         ident_sql = f"""
-        SELECT id, row_number() OVER (ORDER BY matched DESC, id) AS r FROM (
-            SELECT c.id, {matches} AS matched
+        SELECT id, row_number() OVER (ORDER BY matched DESC, distance, id) AS r FROM (
+            SELECT c.id, {matches} AS matched, c.embedding <=> %(vector)s::vector AS distance
             FROM kb_chunk c WHERE {acl} AND ({where})
-            ORDER BY matched DESC, c.id LIMIT %(n)s
+            ORDER BY matched DESC, distance LIMIT %(n)s
         ) t"""
     else:
         ident_sql = empty
+    terms_sql = """
+        SELECT to_tsquery('simple', quote_literal(w.word)) AS q,
+               ln(1 + (coalesce(n.total, 1) - coalesce(s.ndoc, 0) + 0.5) / (coalesce(s.ndoc, 0) + 0.5)) AS idf
+        FROM unnest(tsvector_to_array(to_tsvector('english', %(lexical)s))) AS w(word)
+        LEFT JOIN search_lexeme_stats s ON s.word = w.word
+        CROSS JOIN (SELECT max(total) AS total FROM search_lexeme_stats) n"""
     return f"""
-    WITH dense AS ({dense_sql}),
+    WITH terms AS ({terms_sql}),
+    dense AS ({dense_sql}),
     lexical AS ({lexical_sql}),
     ident AS ({ident_sql}),
     ranked AS (
-        SELECT id, r, 'dense' AS source FROM dense
-        UNION ALL SELECT id, r, 'lexical' FROM lexical
-        UNION ALL SELECT id, r, 'ident' FROM ident
+        SELECT id, r, 'dense' AS source, %(w_dense)s::float AS w FROM dense
+        UNION ALL SELECT id, r, 'lexical', %(w_lexical)s::float FROM lexical
+        UNION ALL SELECT id, r, 'ident', %(w_ident)s::float FROM ident
     ),
     fused AS (
-        SELECT id, sum(1.0 / (%(rrf_k)s + r)) AS rrf,
+        SELECT id, sum(w / (%(rrf_k)s + r)) AS rrf,
                min(r) FILTER (WHERE source = 'dense') AS dense_rank,
                min(r) FILTER (WHERE source = 'lexical') AS lexical_rank,
                min(r) FILTER (WHERE source = 'ident') AS ident_rank
@@ -207,6 +226,9 @@ def _candidates(*, principals: list[str], query: str, vector: np.ndarray, option
         "n": options.candidates,
         "lexical": lexical,
         "rrf_k": options.rrf_k,
+        "w_dense": options.weight_dense,
+        "w_lexical": options.weight_lexical,
+        "w_ident": options.weight_ident,
         **{f"ident{i}": f"%{token.translate(LIKE_SPECIALS)}%" for i, token in enumerate(idents)},
     }
     sql = _candidate_sql(dense=options.dense, lexical=bool(lexical), idents=len(idents))

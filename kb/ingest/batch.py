@@ -114,6 +114,10 @@ def ingest_paths(
             queued[document.pk] = name
         progress(name)
     _collect(summary, queued, wait_seconds=0 if sync else wait_seconds)
+    if sync and queued:
+        from search.stats import lexeme_stats_refresh
+
+        lexeme_stats_refresh()
     return summary
 
 

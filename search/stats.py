@@ -1,0 +1,30 @@
+"""Corpus statistics for lexical ranking, refreshed after indexing (debounced on the workers).
+
+Document frequencies are counted over every chunk, not per user: like any search engine's
+IDF they shape the order of what a user may see, never what they may see.
+"""
+
+from __future__ import annotations
+
+from django.db import connection, transaction
+
+REFRESH_DEBOUNCE_SECONDS = 10
+
+
+def lexeme_stats_refresh() -> None:
+    with connection.cursor() as cursor:
+        # CONCURRENTLY keeps searches reading the old statistics while new ones are built;
+        # it needs the view to have been populated once, which the migration did.
+        cursor.execute("REFRESH MATERIALIZED VIEW CONCURRENTLY search_lexeme_stats")
+
+
+def lexeme_stats_schedule() -> None:
+    """Refresh soon, once for a burst of indexed documents."""
+    import redis
+    from django.conf import settings
+
+    from search.tasks import refresh_lexeme_stats
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    if client.set("kb:lexeme-stats:pending", "1", nx=True, ex=REFRESH_DEBOUNCE_SECONDS):
+        transaction.on_commit(lambda: refresh_lexeme_stats.apply_async(countdown=REFRESH_DEBOUNCE_SECONDS))
