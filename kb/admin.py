@@ -7,7 +7,12 @@ from typing import Any
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseRedirect
+from django.urls import path, reverse
 from django.utils.html import format_html
+
+from search import rerank
 
 from accounts.acl import document_sync_acl, user_principals
 from kb.ingest.pipeline import RUNNING
@@ -71,6 +76,7 @@ class DocumentAdmin(admin.ModelAdmin):
         ("Source", {"fields": ("filename", "mime_type", "sha256", "size", "uploaded_by", "created_at", "updated_at")}),
     )
     actions = ("retry_ingest", "reindex")
+    change_list_template = "admin/kb/document/change_list.html"
 
     class Media:
         css = {"all": ("kb/admin.css",)}
@@ -120,6 +126,28 @@ class DocumentAdmin(admin.ModelAdmin):
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         super().save_related(request, form, formsets, change)
         document_sync_acl(document=form.instance)
+
+    def get_urls(self) -> list[Any]:
+        extra = [
+            path("reindex-stale/", self.admin_site.admin_view(self.reindex_stale_view), name="kb_document_reindex_stale"),
+        ]
+        return extra + super().get_urls()
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        context = {
+            **(extra_context or {}),
+            "stale_count": documents_stale(self.get_queryset(request)).count(),
+            "index_version": current_index_version().label(),
+            "reranker": rerank.status(),
+        }
+        return super().changelist_view(request, extra_context=context)
+
+    def reindex_stale_view(self, request: HttpRequest) -> HttpResponseRedirect:
+        if request.method != "POST" or not self.has_change_permission(request):
+            raise PermissionDenied
+        n = document_queue_ingest(documents=documents_stale(self.get_queryset(request)))
+        self.message_user(request, f"Queued {n} stale document(s) for re-indexing")
+        return HttpResponseRedirect(reverse("admin:kb_document_changelist"))
 
     def delete_model(self, request: HttpRequest, obj: Document) -> None:
         document_delete(document=obj)

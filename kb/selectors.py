@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.conf import settings
+from django.db.models import Count, Q, QuerySet
+from django.shortcuts import get_object_or_404
 
+from accounts.acl import visible_documents
 from kb.ingest.version import IndexVersion, current_index_version
-from kb.models import Document
+from kb.models import Document, Folder
 
 
 def document_index_version(document: Document) -> IndexVersion:
@@ -27,3 +31,100 @@ def documents_stale(queryset: QuerySet[Document] | None = None) -> QuerySet[Docu
 
 def document_is_stale(document: Document) -> bool:
     return document.status == Document.Status.READY and document_index_version(document) != current_index_version()
+
+
+# Reads for the browser UI --------------------------------------------------------
+# Every read of a document on behalf of a person starts from accounts.acl.visible_documents,
+# the one place that knows the sharing rules; nothing here re-states them.
+
+TERMINAL_STATUSES = (Document.Status.READY, Document.Status.FAILED)
+
+
+def document_get(*, user: Any, pk: int) -> Document:
+    """The document if `user` may read it; Http404 otherwise, so a hidden document looks like a missing one."""
+    return get_object_or_404(visible_documents(user).select_related("folder"), pk=pk)
+
+
+def user_can_manage_documents(user: Any) -> bool:
+    """Admins of the document store: superusers, and staff with the kb.add_document permission."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return False
+    return bool(user.is_superuser or (user.is_staff and user.has_perm("kb.add_document")))
+
+
+def user_is_reviewer(user: Any) -> bool:
+    """Support staff: members of KB_REVIEW_GROUP (default `support`), and superusers.
+
+    Mirrors chat.selectors.is_reviewer so the navigation does not import the chat app.
+    """
+    if user is None or not user.is_authenticated or not user.is_active:
+        return False
+    group = getattr(settings, "KB_REVIEW_GROUP", "support")
+    return bool(user.is_superuser or user.groups.filter(name=group).exists())
+
+
+def documents_followable(user: Any) -> QuerySet[Document]:
+    """Documents whose pipeline status `user` may follow and retry: what they may read, plus, for
+    admins, what they uploaded themselves (an upload restricted to groups they are not in)."""
+    readable = visible_documents(user)
+    if not user_can_manage_documents(user):
+        return readable
+    return readable | Document.objects.filter(uploaded_by=user)
+
+
+def library_documents(*, user: Any, query: str = "", folder: str = "") -> QuerySet[Document]:
+    """The library listing: documents `user` may read, filtered by title and folder.
+
+    `folder` is a folder id, "none" for documents outside any folder, or "" for all.
+    People who do not manage documents see only ready ones: the rest cannot be opened yet.
+    """
+    documents = visible_documents(user).select_related("folder").order_by("title", "pk")
+    if not user_can_manage_documents(user):
+        documents = documents.filter(status=Document.Status.READY)
+    if query.strip():
+        documents = documents.filter(title__icontains=query.strip())
+    if folder == "none":
+        documents = documents.filter(folder__isnull=True)
+    elif folder.isdigit():
+        documents = documents.filter(folder_id=int(folder))
+    return documents
+
+
+def library_folders(*, user: Any) -> list[dict[str, Any]]:
+    """Folders with how many documents `user` may read in each (one query).
+
+    Admins see every folder (they upload into them); others only folders holding something
+    they may read, so a folder name alone tells nobody what exists behind it.
+    """
+    grouped = library_documents(user=user).order_by().values("folder_id").annotate(n=Count("pk"))
+    counts: dict[int | None, int] = {row["folder_id"]: row["n"] for row in grouped}
+    manage = user_can_manage_documents(user)
+    folders = [
+        {"id": f.pk, "name": f.name, "count": counts.get(f.pk, 0)}
+        for f in Folder.objects.order_by("name")
+        if manage or counts.get(f.pk)
+    ]
+    if counts.get(None):
+        folders.append({"id": "none", "name": "Not in a folder", "count": counts[None]})
+    return folders
+
+
+def document_status_rows(*, user: Any, ids: list[int]) -> list[dict[str, Any]]:
+    """The pipeline state of the given documents that `user` may follow (the others are skipped silently)."""
+    rows = documents_followable(user).filter(pk__in=ids).values(
+        "pk", "title", "status", "failed_stage", "failure_reason", "chunk_count", "updated_at"
+    )
+    return [document_status_payload(row) for row in rows]
+
+
+def document_status_payload(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "document",
+        "id": row["pk"],
+        "title": row["title"],
+        "status": row["status"],
+        "stage": row["failed_stage"],
+        "reason": row["failure_reason"],
+        "chunks": row["chunk_count"],
+        "updated": row["updated_at"].isoformat() if row.get("updated_at") else "",
+    }

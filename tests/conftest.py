@@ -67,13 +67,12 @@ def manage(*args: str, env: dict[str, str] | None = None, timeout: float = 120) 
     )
 
 
-@pytest.fixture
-def celery_worker(transactional_db: None) -> Iterator[subprocess.Popen[str]]:
-    """A real worker process on the real Redis broker, reading the test database."""
+def start_worker(name: str = "celery-worker") -> subprocess.Popen[str]:
+    """A real worker process on the real Redis broker, reading the test database; returns once it answers a ping."""
     from kb.celery import app
 
-    hostname = f"test-{os.getpid()}-{time.monotonic_ns()}@localhost"
-    log = OUTPUT / "celery-worker.log"
+    hostname = f"{name}-{os.getpid()}-{time.monotonic_ns()}@localhost"
+    log = OUTPUT / f"{name}.log"
     log.parent.mkdir(exist_ok=True)
     with open(log, "w") as out:
         worker = subprocess.Popen(
@@ -81,20 +80,30 @@ def celery_worker(transactional_db: None) -> Iterator[subprocess.Popen[str]]:
              "--loglevel", "INFO", "--without-gossip", "--without-mingle"],
             cwd=ROOT, env=service_env(), stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if worker.poll() is not None:
-                pytest.fail(f"celery worker exited early: {log.read_text()[-2000:]}")
-            if app.control.ping(destination=[hostname], timeout=0.5):
-                break
-        else:
-            pytest.fail("celery worker did not answer a ping within 90s")
-        yield worker
-    finally:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if worker.poll() is not None:
+            pytest.fail(f"celery worker exited early: {log.read_text()[-2000:]}")
+        if app.control.ping(destination=[hostname], timeout=0.5):
+            return worker
+    stop_worker(worker)
+    pytest.fail("celery worker did not answer a ping within 90s")
+
+
+def stop_worker(worker: subprocess.Popen[str]) -> None:
+    if worker.poll() is None:
         worker.terminate()
         try:
             worker.wait(30)
         except subprocess.TimeoutExpired:
             worker.kill()
             worker.wait()
+
+
+@pytest.fixture
+def celery_worker(transactional_db: None) -> Iterator[subprocess.Popen[str]]:
+    worker = start_worker()
+    try:
+        yield worker
+    finally:
+        stop_worker(worker)

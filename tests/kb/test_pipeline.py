@@ -240,3 +240,31 @@ def test_staff_who_are_not_superusers_list_only_visible_documents(db: None, peop
     page = client.get("/admin/kb/document/").content.decode()
     assert "Depot opening hours" in page and "Salary bands" not in page
     assert client.get(f"/admin/kb/document/{secret.pk}/change/").status_code in (302, 404)
+
+
+def test_a_new_model_name_makes_documents_stale_and_reindex_stale_makes_them_current(
+    db: None, people: dict[str, Any], client: Client, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    document = upload(GUIDE)
+    ingest(document.pk)
+    client.force_login(people["admin"])
+    page = client.get("/admin/kb/document/").content.decode()
+    assert "Re-index stale (0)" in page and "reranker: off" in page
+    settings.KB_EMBEDDING_MODEL = "another-model"
+    page = client.get("/admin/kb/document/").content.decode()
+    assert "kb-stale" in page and "Re-index stale (1)" in page
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = client.post("/admin/kb/document/reindex-stale/")
+    assert response.status_code == 302 and len(callbacks) == 1
+    assert Document.objects.get(pk=document.pk).status == Document.Status.QUEUED
+    ingest(document.pk)
+    document.refresh_from_db()
+    assert document.embedding_model == "another-model" and not document_is_stale(document)
+    assert "Re-index stale (0)" in client.get("/admin/kb/document/").content.decode()
+
+
+def test_reindex_stale_needs_post_and_staff(db: None, people: dict[str, Any], client: Client) -> None:
+    client.force_login(people["alice"])
+    assert client.post("/admin/kb/document/reindex-stale/").status_code == 302  # to the admin login
+    client.force_login(people["admin"])
+    assert client.get("/admin/kb/document/reindex-stale/").status_code == 403

@@ -1,0 +1,66 @@
+"""A worker SIGKILLed mid-embedding leaves the document retryable, never half-indexed."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import time
+from typing import Any
+
+import pytest
+from django.db import transaction
+
+from kb.models import Chunk, Document
+from kb.services import document_queue_ingest, document_upload
+from tests.conftest import start_worker, stop_worker
+
+SECTION = (
+    "## Procedure {n}\n\nStep {n} of the depot procedure moves pallets from bay {n} to the outbound dock. "
+    "The forklift driver confirms the pallet label, scans the bay code, and records the weight in the "
+    "handheld before the pallet leaves the bay. Damaged pallets go to the quarantine lane instead, where "
+    "the shift lead inspects them within one hour and decides whether the goods can still ship today.\n\n"
+)
+BIG = "# Depot procedures\n\n" + "".join(SECTION.format(n=n) for n in range(400))
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_sigkill_during_embedding_then_retry_gives_exactly_one_set_of_chunks() -> None:
+    worker = start_worker("worker-to-kill")
+    try:
+        data = BIG.encode()
+        with transaction.atomic():
+            document = document_upload(name="procedures.md", stream=io.BytesIO(data), size=len(data)).document
+        status = lambda: Document.objects.get(pk=document.pk).status  # noqa: E731
+        wait_for(lambda: status() == Document.Status.EMBEDDING, 120, "the embedding stage")
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(10)
+    finally:
+        stop_worker(worker)
+
+    time.sleep(0.5)
+    assert status() == Document.Status.EMBEDDING  # stuck where it died...
+    assert not Chunk.objects.filter(document=document).exists()  # ...with nothing half-written
+
+    replacement = start_worker("replacement-worker")
+    try:
+        with transaction.atomic():
+            assert document_queue_ingest(documents=Document.objects.filter(pk=document.pk)) == 1
+        wait_for(lambda: status() in (Document.Status.READY, Document.Status.FAILED), 240, "the retry")
+    finally:
+        stop_worker(replacement)
+    document.refresh_from_db()
+    assert document.status == Document.Status.READY
+    ordinals = list(Chunk.objects.filter(document=document).values_list("ordinal", flat=True))
+    assert len(ordinals) == document.chunk_count > 100
+    assert sorted(ordinals) == list(range(len(ordinals)))
