@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 
 from accounts.acl import user_principals
 from kb.ingest import embedding
@@ -50,6 +50,9 @@ class SearchOptions:
     intent_boost: float = field(default_factory=lambda: settings.KB_SEARCH_INTENT_BOOST)
     ef_search: int = field(default_factory=lambda: settings.KB_SEARCH_EF_SEARCH)
     lexical: bool = True
+    lexical_max_share: float = field(default_factory=lambda: settings.KB_SEARCH_LEXICAL_MAX_SHARE)
+    lexical_max_terms: int = field(default_factory=lambda: settings.KB_SEARCH_LEXICAL_MAX_TERMS)
+    lexical_select_share: float = field(default_factory=lambda: settings.KB_SEARCH_LEXICAL_SELECT_SHARE)
     identifiers: bool = True
     dense: bool = True
     rerank: bool = True
@@ -165,14 +168,16 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
             ORDER BY c.embedding <=> %(vector)s::vector LIMIT %(n)s
         ) d""" if dense else empty
     # IDF-weighted: each query lexeme's ts_rank in the chunk times its inverse document
-    # frequency (search_lexeme_stats), so rare words outweigh words every chunk has.
-    # A lexeme the statistics do not know yet counts as rare.
+    # frequency (search_lexeme_stats), so rare words outweigh words every chunk has. Only
+    # rare lexemes (and the rarest one in any case) select candidates; the other picked
+    # words only add to their rank. A common word selecting candidates would make the
+    # subquery rank a large part of the table for almost no signal.
     lexical_sql = f"""
         SELECT id, row_number() OVER (ORDER BY rank DESC, id) AS r FROM (
-            SELECT c.id, sum(ts_rank(c.search, t.q, 0) * t.idf) AS rank
-            FROM kb_chunk c, websearch_to_tsquery('english', %(lexical)s) anyword, terms t
-            WHERE {acl} AND c.search @@ anyword AND c.search @@ t.q
-            GROUP BY c.id ORDER BY rank DESC LIMIT %(n)s
+            SELECT c.id, (SELECT sum(ts_rank(c.search, t.q, 0) * t.idf) FROM picked t WHERE c.search @@ t.q) AS rank
+            FROM kb_chunk c, anyterm a
+            WHERE {acl} AND c.search @@ a.q
+            ORDER BY rank DESC LIMIT %(n)s
         ) l""" if lexical else empty
     if idents:
         matches = " + ".join(f"(c.text ILIKE %(ident{i})s)::int" for i in range(idents))
@@ -185,14 +190,23 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
         ) t"""
     else:
         ident_sql = empty
-    terms_sql = """
-        SELECT to_tsquery('simple', quote_literal(w.word)) AS q,
-               ln(1 + (coalesce(n.total, 1) - coalesce(s.ndoc, 0) + 0.5) / (coalesce(s.ndoc, 0) + 0.5)) AS idf
+    # A lexeme the statistics do not know yet counts as rare.
+    picked_sql = """
+        SELECT w.word, to_tsquery('simple', quote_literal(w.word)) AS q,
+               ln(1 + (coalesce(n.total, 1) - coalesce(s.ndoc, 0) + 0.5) / (coalesce(s.ndoc, 0) + 0.5)) AS idf,
+               coalesce(s.ndoc, 0)::float / greatest(coalesce(n.total, 1), 1) AS share
         FROM unnest(tsvector_to_array(to_tsvector('english', %(lexical)s))) AS w(word)
         LEFT JOIN search_lexeme_stats s ON s.word = w.word
-        CROSS JOIN (SELECT max(total) AS total FROM search_lexeme_stats) n"""
+        CROSS JOIN (SELECT max(total) AS total FROM search_lexeme_stats) n
+        WHERE coalesce(s.ndoc, 0) <= %(max_share)s * greatest(coalesce(n.total, 1), 1)
+        ORDER BY idf DESC LIMIT %(max_terms)s"""
     return f"""
-    WITH terms AS ({terms_sql}),
+    WITH picked AS ({picked_sql}),
+    anyterm AS (
+        SELECT to_tsquery('simple', string_agg(quote_literal(word), ' | ')) AS q FROM (
+            SELECT word, share, row_number() OVER (ORDER BY idf DESC) AS rarity FROM picked
+        ) p WHERE rarity = 1 OR share <= %(select_share)s
+    ),
     dense AS ({dense_sql}),
     lexical AS ({lexical_sql}),
     ident AS ({ident_sql}),
@@ -225,6 +239,9 @@ def _candidates(*, principals: list[str], query: str, vector: np.ndarray, option
         "vector": vector.tolist(),
         "n": options.candidates,
         "lexical": lexical,
+        "max_share": options.lexical_max_share,
+        "max_terms": options.lexical_max_terms,
+        "select_share": options.lexical_select_share,
         "rrf_k": options.rrf_k,
         "w_dense": options.weight_dense,
         "w_lexical": options.weight_lexical,
@@ -232,9 +249,12 @@ def _candidates(*, principals: list[str], query: str, vector: np.ndarray, option
         **{f"ident{i}": f"%{token.translate(LIKE_SPECIALS)}%" for i, token in enumerate(idents)},
     }
     sql = _candidate_sql(dense=options.dense, lexical=bool(lexical), idents=len(idents))
-    with connection.cursor() as cursor:
-        if options.ef_search != settings.KB_SEARCH_EF_SEARCH:
-            cursor.execute("SELECT set_config('hnsw.ef_search', %s, false)", [str(options.ef_search)])
+    if options.ef_search == settings.KB_SEARCH_EF_SEARCH:  # set per connection (settings.DATABASES)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return list(cursor.fetchall())
+    with transaction.atomic(), connection.cursor() as cursor:  # SET LOCAL: never leaks to the next request
+        cursor.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(options.ef_search)])
         cursor.execute(sql, params)
         return list(cursor.fetchall())
 

@@ -118,7 +118,7 @@ def test_every_candidate_subquery_carries_the_acl_predicate(corpus: dict[str, Do
     with CaptureQueriesContext(connection) as captured:
         hybrid_search(user=people["alice"], query="ZX-4412-QUARTZ vault rotation code")
     sql = next(q["sql"] for q in captured.captured_queries if "dense AS (" in q["sql"])
-    subqueries = re.findall(r"FROM kb_chunk c(?:, websearch_to_tsquery\([^)]*\) anyword, terms t)?\s+WHERE (.*?)(?:GROUP|ORDER) BY", sql, re.S)
+    subqueries = re.findall(r"FROM kb_chunk c(?:, anyterm a)?\s+WHERE (.*?)(?:GROUP|ORDER) BY", sql, re.S)
     assert len(subqueries) == 3  # dense, lexical, identifier
     for where in subqueries:
         principals = re.match(r"\s*c\.acl && '\{(.*?)\}'::varchar\[\]", where)
