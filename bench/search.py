@@ -162,7 +162,8 @@ def measure(options: "SearchOptions", principals: list[str], questions: list[str
             cur.execute(sql, {"principals": principals, "vector": v.tolist(), "n": options.candidates,
                               "lexical": lexical_query(q), "rrf_k": options.rrf_k, "w_dense": 1.0,
                               "w_lexical": 1.0, "w_ident": 1.0, "max_share": options.lexical_max_share,
-                              "max_terms": options.lexical_max_terms, "select_share": options.lexical_select_share})
+                              "max_terms": options.lexical_max_terms, "select_share": options.lexical_select_share,
+                              "select_rows": options.lexical_select_rows})
             return cur.fetchall()
 
     with connection.cursor() as cur:  # for the raw subqueries below; _candidates sets its own
@@ -186,7 +187,8 @@ def measure(options: "SearchOptions", principals: list[str], questions: list[str
                     "principals": principals, "vector": query_vectors[slowest].tolist(), "n": options.candidates,
                     "lexical": lexical_query(questions[slowest]), "rrf_k": 60, "w_dense": 1.0, "w_lexical": 1.0,
                     "w_ident": 1.0, "max_share": options.lexical_max_share, "max_terms": options.lexical_max_terms,
-                    "select_share": options.lexical_select_share})
+                    "select_share": options.lexical_select_share,
+                              "select_rows": options.lexical_select_rows})
                 plan = [r[0][:160] for r in cur.fetchall()]
             print(f"    slowest: {questions[slowest]!r}\n    " + "\n    ".join(plan))
     timings, recalls = [], []

@@ -22,6 +22,16 @@ from kb.selectors import document_is_stale, documents_stale
 from kb.services import document_delete, document_queue_ingest
 
 
+class VisibleRowsMixin:
+    """Staff who are not superusers list only rows they may read, like on every other surface."""
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        queryset = super().get_queryset(request)  # type: ignore[misc]
+        if request.user.is_superuser:
+            return queryset
+        return queryset.filter(acl__overlap=user_principals(request.user))
+
+
 @admin.register(Folder)
 class FolderAdmin(admin.ModelAdmin):
     list_display = ("name", "public", "document_count")
@@ -54,7 +64,7 @@ class StaleFilter(admin.SimpleListFilter):
 
 
 @admin.register(Document)
-class DocumentAdmin(admin.ModelAdmin):
+class DocumentAdmin(VisibleRowsMixin, admin.ModelAdmin):
     list_display = ("title", "folder", "status_badge", "index_badge", "chunk_count", "attempts", "updated_at")
     list_filter = ("status", StaleFilter, "folder")
     list_select_related = ("folder",)
@@ -80,13 +90,6 @@ class DocumentAdmin(admin.ModelAdmin):
 
     class Media:
         css = {"all": ("kb/admin.css",)}
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Document]:
-        # Staff who are not superusers list only what they may read, like everywhere else.
-        queryset = super().get_queryset(request)
-        if request.user.is_superuser:
-            return queryset
-        return queryset.filter(acl__overlap=user_principals(request.user))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         # Uploads go through the library page / `manage.py ingest`, which validate and hash the file.
@@ -158,19 +161,13 @@ class DocumentAdmin(admin.ModelAdmin):
 
 
 @admin.register(Chunk)
-class ChunkAdmin(admin.ModelAdmin):
+class ChunkAdmin(VisibleRowsMixin, admin.ModelAdmin):
     list_display = ("document", "ordinal", "kind", "audience", "breadcrumb", "tokens", "page")
     list_filter = ("kind", "audience")
     list_select_related = ("document",)
     search_fields = ("breadcrumb", "content")
     exclude = ("embedding",)
     readonly_fields = [f.name for f in Chunk._meta.fields if f.name not in {"embedding", "search"}]
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Chunk]:
-        queryset = super().get_queryset(request)
-        if request.user.is_superuser:
-            return queryset
-        return queryset.filter(acl__overlap=user_principals(request.user))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -53,6 +53,7 @@ class SearchOptions:
     lexical_max_share: float = field(default_factory=lambda: settings.KB_SEARCH_LEXICAL_MAX_SHARE)
     lexical_max_terms: int = field(default_factory=lambda: settings.KB_SEARCH_LEXICAL_MAX_TERMS)
     lexical_select_share: float = field(default_factory=lambda: settings.KB_SEARCH_LEXICAL_SELECT_SHARE)
+    lexical_select_rows: int = field(default_factory=lambda: settings.KB_SEARCH_LEXICAL_SELECT_ROWS)
     identifiers: bool = True
     dense: bool = True
     rerank: bool = True
@@ -169,7 +170,8 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
         ) d""" if dense else empty
     # IDF-weighted: each query lexeme's ts_rank in the chunk times its inverse document
     # frequency (search_lexeme_stats), so rare words outweigh words every chunk has. Only
-    # rare lexemes (and the rarest one in any case) select candidates; the other picked
+    # rare lexemes (in at most 2% of chunks or 200 chunks, and the rarest one in any case)
+    # select candidates, which bounds the rows ranked at any corpus size; the other picked
     # words only add to their rank. A common word selecting candidates would make the
     # subquery rank a large part of the table for almost no signal.
     lexical_sql = f"""
@@ -194,7 +196,7 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
     picked_sql = """
         SELECT w.word, to_tsquery('simple', quote_literal(w.word)) AS q,
                ln(1 + (coalesce(n.total, 1) - coalesce(s.ndoc, 0) + 0.5) / (coalesce(s.ndoc, 0) + 0.5)) AS idf,
-               coalesce(s.ndoc, 0)::float / greatest(coalesce(n.total, 1), 1) AS share
+               coalesce(s.ndoc, 0)::float / greatest(coalesce(n.total, 1), 1) AS share, coalesce(s.ndoc, 0) AS ndoc
         FROM unnest(tsvector_to_array(to_tsvector('english', %(lexical)s))) AS w(word)
         LEFT JOIN search_lexeme_stats s ON s.word = w.word
         CROSS JOIN (SELECT max(total) AS total FROM search_lexeme_stats) n
@@ -204,8 +206,8 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
     WITH picked AS ({picked_sql}),
     anyterm AS (
         SELECT to_tsquery('simple', string_agg(quote_literal(word), ' | ')) AS q FROM (
-            SELECT word, share, row_number() OVER (ORDER BY idf DESC) AS rarity FROM picked
-        ) p WHERE rarity = 1 OR share <= %(select_share)s
+            SELECT word, share, ndoc, row_number() OVER (ORDER BY idf DESC) AS rarity FROM picked
+        ) p WHERE rarity = 1 OR share <= %(select_share)s OR ndoc <= %(select_rows)s
     ),
     dense AS ({dense_sql}),
     lexical AS ({lexical_sql}),
@@ -242,6 +244,7 @@ def _candidates(*, principals: list[str], query: str, vector: np.ndarray, option
         "max_share": options.lexical_max_share,
         "max_terms": options.lexical_max_terms,
         "select_share": options.lexical_select_share,
+        "select_rows": options.lexical_select_rows,
         "rrf_k": options.rrf_k,
         "w_dense": options.weight_dense,
         "w_lexical": options.weight_lexical,
