@@ -22,8 +22,12 @@ run: install
 	$(PY) -m kb.launcher
 
 # Tests get their own embedded servers (var/test), so they never touch a running `make run`.
-test: install
+test: install chromium
 	KB_VAR_DIR=$${KB_VAR_DIR:-$(CURDIR)/var/test} $(PY) -m pytest $(PYTEST_ARGS)
+
+# Browser tests drive Debian's Chromium (never a downloaded browser); installed once where missing.
+chromium:
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
 
 clean:
 	rm -rf $(VENV) var test-output

@@ -15,7 +15,10 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from chat.routing import websocket_urlpatterns  # noqa: E402
+from chat.routing import websocket_urlpatterns as chat_websockets  # noqa: E402
+from kb.routing import websocket_urlpatterns as kb_websockets  # noqa: E402
+
+websocket_urlpatterns = [*kb_websockets, *chat_websockets]
 
 application = ProtocolTypeRouter(
     {

@@ -37,6 +37,8 @@ def demo_people() -> None:
     if created:
         admin.set_password("admin")
         admin.save()
+    # Superusers read by their grants like everyone else; the demo admin is in every group.
+    admin.groups.add(*groups.values())
 
 
 def demo_folders(corpus: Path = CORPUS) -> dict[str, Folder]:

@@ -89,7 +89,12 @@ class Document(models.Model):
         indexes = [GinIndex(fields=["acl"], name="kb_document_acl_gin")]
 
     def __str__(self) -> str:
-        return self.title
+        return self.title or filename_title(self.filename)
+
+
+def filename_title(filename: str) -> str:
+    """A readable stand-in title until (or unless) the document names itself."""
+    return filename.rsplit(".", 1)[0].replace("-", " ").replace("_", " ") or "untitled"
 
 
 class Chunk(models.Model):

@@ -10,6 +10,7 @@ from django.db.models import Count, Q, QuerySet
 from django.shortcuts import get_object_or_404
 
 from accounts.acl import visible_documents
+from kb.env import env_str
 from kb.ingest.version import IndexVersion, current_index_version
 from kb.models import Document, Folder
 
@@ -59,7 +60,7 @@ def user_is_reviewer(user: Any) -> bool:
     """
     if user is None or not user.is_authenticated or not user.is_active:
         return False
-    group = getattr(settings, "KB_REVIEW_GROUP", "support")
+    group = getattr(settings, "KB_REVIEW_GROUP", None) or env_str("KB_REVIEW_GROUP", "support")
     return bool(user.is_superuser or user.groups.filter(name=group).exists())
 
 

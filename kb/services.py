@@ -92,7 +92,9 @@ def document_upload(
     elif document.file:
         old = document.file.name
         transaction.on_commit(partial(document.file.storage.delete, old))
-    document.title = title or document.title or name.rsplit(".", 1)[0].replace("-", " ").replace("_", " ")
+    # Without an explicit title the document's own (its H1, <title> or PDF metadata) is
+    # taken when it is indexed; a new version may bring a new one.
+    document.title = title
     document.mime_type = mime
     document.sha256 = sha
     document.size = size

@@ -1,12 +1,34 @@
+"""HTTP views of the browser UI. Each one parses the request, calls a selector or a
+service, and renders; the rules live in kb.selectors, kb.services and accounts.acl."""
+
 from __future__ import annotations
 
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.contrib.auth.models import Group
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
 from kb.health import health_report
+from kb.ingest.extract import PDF
+from kb.middleware import allow_remote_images
+from kb.models import Document
+from kb.selectors import (
+    document_get,
+    document_status_rows,
+    documents_followable,
+    library_documents,
+    library_folders,
+    user_can_manage_documents,
+    user_is_reviewer,
+)
+from kb.services import UploadRejected, document_queue_ingest, document_upload
+from kb.web import UploadFormError, folders_with_audience, page_of, parse_range, render_document, upload_target
 
 
 @require_GET
@@ -16,6 +38,157 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse(report, status=200 if report["ok"] else 503)
 
 
+# --------------------------------------------------------------------------- Ask and Review
+
+
 @login_required
-def home(request: HttpRequest) -> HttpResponse:
-    return render(request, "home.html")
+def ask(request: HttpRequest) -> HttpResponse:
+    """The Ask page. The chat backend wires in through the data-* hooks of templates/ask.html."""
+    return render(request, "ask.html", {"max_question": 2000})
+
+
+@login_required
+def review(request: HttpRequest) -> HttpResponse:
+    """The review desk for support staff; everyone else gets the same 404 as for a missing page."""
+    if not user_is_reviewer(request.user):
+        raise Http404("No such page")
+    flagged = request.GET.get("filter") == "flagged"
+    return render(request, "review.html", {"flagged": flagged})
+
+
+# --------------------------------------------------------------------------- documents
+
+
+@login_required
+@allow_remote_images
+def document_view(request: HttpRequest, pk: int) -> HttpResponse:
+    document = document_get(user=request.user, pk=pk)
+    text = document.canonical_text or ""
+    highlight = parse_range(request.GET.get("hl"), len(text))
+    rendered = render_document(document, highlight=highlight) if document.status == Document.Status.READY else None
+    return render(
+        request,
+        "documents/view.html",
+        {
+            "document": document,
+            "rendered": rendered,
+            "is_pdf": document.mime_type == PDF,
+            "highlight": highlight,
+            "highlight_page": page_of(document, highlight[0]) if highlight else None,
+            "page_count": len(document.pages or []),
+            "can_manage": user_can_manage_documents(request.user),
+        },
+    )
+
+
+@login_required
+@require_GET
+def document_download(request: HttpRequest, pk: int) -> FileResponse:
+    """The original file. PDFs may open inline (the viewer links to `#page=N`); everything
+    else is an attachment with a sandboxing CSP, so an uploaded HTML file never runs here."""
+    document = document_get(user=request.user, pk=pk)
+    if not document.file:
+        raise Http404("No file")
+    try:
+        handle = document.file.open("rb")
+    except FileNotFoundError:
+        raise Http404("The stored file is missing") from None
+    inline = request.GET.get("inline") == "1" and document.mime_type == PDF
+    response = FileResponse(
+        handle,
+        as_attachment=not inline,
+        filename=document.filename or f"document-{document.pk}",
+        content_type=document.mime_type if inline else "application/octet-stream",
+    )
+    # Chrome's PDF viewer is the browser's own; a page-level sandbox would block it.
+    response["Content-Security-Policy"] = (
+        "default-src 'none'; frame-ancestors 'none'" if inline else "sandbox; default-src 'none'; frame-ancestors 'none'"
+    )
+    response["Cache-Control"] = "private, no-store"
+    return response
+
+
+# --------------------------------------------------------------------------- library
+
+
+@login_required
+def library(request: HttpRequest) -> HttpResponse:
+    query = request.GET.get("q", "")[:200]
+    folder = request.GET.get("folder", "")[:20]
+    manage = user_can_manage_documents(request.user)
+    documents = list(library_documents(user=request.user, query=query, folder=folder)[:500])
+    context: dict[str, Any] = {
+        "documents": documents,
+        "folders": library_folders(user=request.user),
+        "query": query,
+        "folder": folder,
+        "can_manage": manage,
+    }
+    if manage:
+        context.update(
+            all_folders=folders_with_audience(),
+            groups=Group.objects.order_by("name"),
+            people=get_user_model().objects.filter(is_active=True).order_by("username"),
+            max_upload_mb=settings.KB_MAX_UPLOAD_MB,
+        )
+    return render(request, "library.html", context)
+
+
+def _manager_only(request: HttpRequest) -> None:
+    # Not a 403: to anyone else these endpoints do not exist.
+    if not user_can_manage_documents(request.user):
+        raise Http404("No such page")
+
+
+@login_required
+@require_POST
+def library_upload(request: HttpRequest) -> JsonResponse:
+    """One file per request, so the browser can show a progress bar per file."""
+    _manager_only(request)
+    limit = settings.KB_MAX_UPLOAD_MB * 1024 * 1024
+    length = str(request.META.get("CONTENT_LENGTH") or "0")
+    declared = int(length) if length.isdigit() else 0
+    if declared > limit + 64 * 1024:  # refuse before Django reads the body
+        return JsonResponse(
+            {"error": f"The file is {declared / 1048576:.1f} MB; the limit is {settings.KB_MAX_UPLOAD_MB} MB"}, status=413
+        )
+    upload = request.FILES.get("file")
+    if upload is None:
+        return JsonResponse({"error": "No file was received."}, status=400)
+    try:
+        target = upload_target(request.POST)
+        result = document_upload(
+            name=upload.name or "upload",
+            stream=upload,
+            size=upload.size or 0,
+            folder=target.folder,
+            uploaded_by=request.user,
+            groups=target.groups,
+            users=target.users,
+            public=target.public,
+        )
+    except (UploadRejected, UploadFormError) as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    rows = document_status_rows(user=request.user, ids=[result.document.pk])
+    return JsonResponse(
+        {
+            "document": rows[0] if rows else {"type": "document", "id": result.document.pk, "status": result.document.status},
+            "created": result.created,
+            "queued": result.queued,
+            "url": f"/documents/{result.document.pk}/",
+        },
+        status=201 if result.created else 200,
+    )
+
+
+@login_required
+@require_POST
+def library_retry(request: HttpRequest, pk: int) -> JsonResponse:
+    _manager_only(request)
+    document = documents_followable(request.user).filter(pk=pk).first()
+    if document is None:
+        raise Http404("No such document")
+    if document.status != Document.Status.FAILED:
+        return JsonResponse({"error": f"The document is {document.status}, not failed."}, status=409)
+    document_queue_ingest(documents=Document.objects.filter(pk=document.pk, status=Document.Status.FAILED))
+    return JsonResponse({"document": document_status_rows(user=request.user, ids=[pk])[0]})

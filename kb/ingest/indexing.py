@@ -19,6 +19,7 @@ from kb.models import Chunk, Document
 def replace_chunks(
     *,
     document: Document,
+    title: str,
     extracted: Extracted,
     drafts: Sequence[Draft],
     audiences: Sequence[str],
@@ -60,7 +61,7 @@ def replace_chunks(
         canonical_text=extracted.text,
         pages=[[page.start, page.end] for page in extracted.pages],
         warnings=list(extracted.warnings),
-        title=locked.title or extracted.title or locked.filename,
+        title=title,
         chunk_count=stored["n"] or 0,
         token_total=stored["total"] or 0,
         token_max=stored["top"] or 0,

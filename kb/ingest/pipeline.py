@@ -14,8 +14,9 @@ from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
+from kb.consumers import publish_document_status
 from kb.ingest import chunking, classify, embedding, extract, indexing
-from kb.models import Document
+from kb.models import Document, filename_title
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +49,14 @@ def _claim(document_id: int) -> bool:
 
 def _enter(document_id: int, status: str) -> None:
     Document.objects.filter(pk=document_id).update(status=status, updated_at=timezone.now())
+    publish_document_status(document_id)
 
 
 def ingest(document_id: int) -> str:
     """Index one document; returns its final status. Safe to call twice (the second call is a no-op)."""
     if not _claim(document_id):
         return str(Document.objects.filter(pk=document_id).values_list("status", flat=True).first() or "missing")
+    publish_document_status(document_id)
     document = Document.objects.get(pk=document_id)
     stage = Document.Status.EXTRACTING
     try:
@@ -63,7 +66,7 @@ def ingest(document_id: int) -> str:
         del data
         if not extracted.text.strip():
             raise StageFailed("no text could be extracted" + (f" ({'; '.join(extracted.warnings)})" if extracted.warnings else ""))
-        title = document.title or extracted.title or document.filename
+        title = document.title or extracted.title or filename_title(document.filename)
 
         stage = Document.Status.CHUNKING
         _enter(document_id, stage)
@@ -77,7 +80,10 @@ def ingest(document_id: int) -> str:
         _enter(document_id, stage)
         vectors = embedding.embed([draft.text for draft in drafts])
 
-        indexing.replace_chunks(document=document, extracted=extracted, drafts=drafts, audiences=audiences, vectors=vectors)
+        indexing.replace_chunks(
+            document=document, title=title, extracted=extracted, drafts=drafts, audiences=audiences, vectors=vectors
+        )
+        publish_document_status(document_id)
         return Document.Status.READY
     except (extract.ExtractionError, extract.UnsupportedFile, StageFailed) as exc:
         _fail(document_id, stage, str(exc))
@@ -93,3 +99,4 @@ def _fail(document_id: int, stage: str, reason: str) -> None:
     Document.objects.filter(pk=document_id).update(
         status=Document.Status.FAILED, failed_stage=stage, failure_reason=reason[:2000], updated_at=timezone.now()
     )
+    publish_document_status(document_id)

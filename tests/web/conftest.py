@@ -1,0 +1,228 @@
+"""Browser-test fixtures: a real Daphne serving the app on the test database, Debian's
+Chromium driven through the pip `playwright` package, documents built by the real pipeline."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import OUTPUT, ROOT, service_env
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+SCREENSHOTS = OUTPUT / "web"
+
+# What the browser must never report on our pages: a blocked inline script or style means a
+# template or script broke the Content-Security-Policy (or something was injected).
+WATCH_PAGE = """
+window.__kb = { csp: [], errors: [] };
+document.addEventListener("securitypolicyviolation", function (e) {
+  window.__kb.csp.push(e.violatedDirective + " " + (e.blockedURI || "inline"));
+});
+window.addEventListener("error", function (e) { window.__kb.errors.push(String(e.message)); });
+"""
+
+
+# --------------------------------------------------------------------------- documents
+
+
+def make_document(text: str | bytes, name: str, **kwargs: Any) -> Any:
+    """Upload through the service and index with the real pipeline, in this process."""
+    from kb.ingest.pipeline import ingest
+    from kb.models import Document
+    from kb.services import document_upload
+
+    data = text.encode() if isinstance(text, str) else text
+    document = document_upload(name=name, stream=io.BytesIO(data), size=len(data), enqueue=False, **kwargs).document
+    assert ingest(document.pk) == Document.Status.READY, Document.objects.get(pk=document.pk).failure_reason
+    document.refresh_from_db()
+    return document
+
+
+@pytest.fixture
+def library_docs(people: dict[str, Any]) -> dict[str, Any]:
+    """A public folder and a finance-only folder, one ready document in each."""
+    from kb.models import Folder
+    from kb.services import folder_set_access
+
+    everyone = Folder.objects.create(name="everyone")
+    finance = Folder.objects.create(name="finance")
+    folder_set_access(folder=everyone, public=True)
+    folder_set_access(folder=finance, public=False, groups=[people["groups"]["finance"]])
+    public = make_document(
+        "# Office guide\n\n## Opening hours\n\nThe office opens at 8 and closes at 18 on weekdays.\n",
+        "office-guide.md", folder=everyone,
+    )
+    secret = make_document(
+        "# Payroll secrets\n\n## Bonus pool\n\nThe confidential bonus pool for this year is 4.2 million.\n",
+        "payroll-secrets.md", folder=finance,
+    )
+    return {"everyone": everyone, "finance": finance, "public": public, "secret": secret}
+
+
+# --------------------------------------------------------------------------- server
+
+
+def _wait_until_serving(base: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"daphne exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(base + "accounts/login/", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"daphne did not serve within {timeout}s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def web_server(django_db_setup: None) -> Iterator[str]:
+    """Daphne (HTTP + websockets, the app's own static files) on the test database.
+
+    Session-wide: tests using it are transactional, so what they commit is what it serves,
+    and the tables are emptied between tests."""
+    from django.conf import settings
+
+    from kb.embedded import free_port
+
+    port = free_port()
+    OUTPUT.mkdir(exist_ok=True)
+    log = OUTPUT / "daphne-web.log"
+    with open(log, "wb") as out:
+        # The same SECRET_KEY as this process, so sessions made here (force_login) are valid there.
+        env = service_env(KB_DB_CONN_MAX_AGE="0", SECRET_KEY=settings.SECRET_KEY)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "kb.asgi:application"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}/"
+    try:
+        _wait_until_serving(base, process, log)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# --------------------------------------------------------------------------- browser
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: `make chromium` installs Debian's Chromium")
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an event loop on this thread; the ORM calls the tests make
+    # between browser steps are ordinary synchronous code, so Django's async guard must stand down.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            yield chromium
+            chromium.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+def session_cookie(user: Any) -> str:
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+@pytest.fixture
+def open_page(browser: Any, web_server: str) -> Iterator[Callable[..., Any]]:
+    """open_page(user=None, width=1280, height=900) -> a page signed in as `user` (None: signed out).
+
+    At the end every page must have reported no CSP violation and no script error."""
+    contexts: list[Any] = []
+    pages: list[Any] = []
+
+    def _open(user: Any = None, width: int = 1280, height: int = 900) -> Any:
+        context = browser.new_context(viewport={"width": width, "height": height}, base_url=web_server,
+                                      accept_downloads=False)
+        context.set_default_timeout(15_000)
+        context.add_init_script(WATCH_PAGE)
+        if user is not None:
+            context.add_cookies([{"name": "sessionid", "value": session_cookie(user), "url": web_server}])
+        page = context.new_page()
+        contexts.append(context)
+        pages.append(page)
+        return page
+
+    yield _open
+    try:
+        for page in pages:
+            if page.is_closed():
+                continue
+            report = page.evaluate("window.__kb || {csp: [], errors: []}")
+            assert report["csp"] == [], f"CSP violations on {page.url}: {report['csp']}"
+            assert report["errors"] == [], f"script errors on {page.url}: {report['errors']}"
+    finally:
+        for context in contexts:
+            context.close()
+
+
+def screenshot(page: Any, name: str, *, full_page: bool = False) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=full_page)
+    return path
+
+
+# Every input, select and textarea a person can reach has a label (a <label>, aria-label or
+# aria-labelledby); every button has a name. Returns the ones that do not.
+UNLABELLED = """
+() => {
+  const bad = [];
+  for (const el of document.querySelectorAll("input, select, textarea")) {
+    if (el.type === "hidden") continue;
+    const named = (el.labels && el.labels.length) || el.getAttribute("aria-label") || el.getAttribute("aria-labelledby");
+    if (!named) bad.push(el.outerHTML.slice(0, 120));
+  }
+  for (const el of document.querySelectorAll("button")) {
+    if (!(el.textContent.trim() || el.getAttribute("aria-label"))) bad.push(el.outerHTML.slice(0, 120));
+  }
+  return bad;
+}
+"""
+
+
+def assert_clean(page: Any) -> None:
+    """No CSP violation and no script error on the page as loaded now."""
+    report = page.evaluate("window.__kb")
+    assert report == {"csp": [], "errors": []}, f"{page.url}: {report}"
+
+
+def assert_labelled(page: Any) -> None:
+    assert page.evaluate(UNLABELLED) == []
+
+
+def assert_fits_width(page: Any) -> None:
+    """Nothing scrolls sideways: the layout fits the viewport."""
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"{page.url} is {overflow}px wider than the viewport"
