@@ -156,7 +156,9 @@ CHANNEL_LAYERS = {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         # redis-py 8 defaults to a 5 s socket timeout, the same as channels_redis's blocking
         # read, so idle websockets would drop every few seconds (django/channels_redis#422).
-        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "capacity": 1000, "expiry": 60},
+        # No client timeout: the blocking read has its own. (A 15 s one instead made event-loop
+        # shutdown hang on the pending read.)
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": None}], "capacity": 1000, "expiry": 60},
     }
 }
 
