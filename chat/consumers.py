@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qs
 
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from pydantic import BaseModel, Field, ValidationError
+
+from chat.events import ChatEventMessage, group_name
 
 # Close codes in the application range (4000-4999), mirroring HTTP's meaning.
 CLOSE_UNAUTHENTICATED = 4401
-CLOSE_FORBIDDEN = 4403
+CLOSE_FORBIDDEN = 4403  # not your conversation, or no such conversation: the same answer for both
 
 
 class HelloConsumer(AsyncJsonWebsocketConsumer):
@@ -21,3 +26,111 @@ class HelloConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         await self.send_json({"type": "hello", "user": user.get_username()})
+
+
+class AskIn(BaseModel):
+    """A follow-up question sent over the socket: {"type": "ask", "question": "..."}."""
+
+    type: str = Field(pattern="^ask$")
+    question: str = Field(min_length=1, max_length=2000)
+
+
+def _stored_text(message_id: int) -> str:
+    from chat.models import Message
+
+    return Message.objects.filter(pk=message_id).values_list("text", flat=True).first() or ""
+
+
+class ChatConsumer(AsyncJsonWebsocketConsumer):
+    """/ws/chat/<conversation>/: the owner's stream of that conversation's events.
+
+    On connect it joins the conversation's group first, then replays what is stored, so
+    nothing produced in between is lost; token offsets (`at`) drop what the replay
+    already covered. Optional `?since=<message id>` replays only later messages.
+    """
+
+    conversation_id: int
+    group: str
+
+    async def connect(self) -> None:
+        from chat.selectors import conversation_for_user
+
+        user: Any = self.scope.get("user")
+        await self.accept()  # closing before accepting would only give the client a bare HTTP 403
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        pk = self.scope["url_route"]["kwargs"]["pk"]
+        conversation = await database_sync_to_async(conversation_for_user)(user, pk)
+        if conversation is None:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.conversation_id, self.group = conversation.pk, group_name(conversation.pk)
+        self.sent: dict[int, int] = {}  # message id -> characters of its text this client has
+        self.seen: set[tuple[int, str, str]] = set()  # (message, type, state) of one-off events sent
+        self.finished: set[int] = set()
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        for event in await database_sync_to_async(self._replay)(conversation, user):
+            await self._relay(event)
+
+    def _replay(self, conversation: Any, user: Any) -> list[dict[str, Any]]:
+        from chat.selectors import conversation_replay
+
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        since = query.get("since", [""])[0]
+        return conversation_replay(conversation, viewer=user, since=int(since) if since.isdigit() else None)
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "group", None):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        from chat.services import ChatError, question_ask
+
+        try:
+            ask = AskIn.model_validate(content)
+        except ValidationError:
+            await self.send_json({"type": "error", "message": None,
+                                  "error": 'send {"type": "ask", "question": "..."} (1 to 2000 characters)'})
+            return
+        try:
+            await database_sync_to_async(question_ask)(
+                user=self.scope["user"], question=ask.question, conversation_id=self.conversation_id
+            )
+        except ChatError as exc:
+            await self.send_json({"type": "error", "message": None, "error": str(exc)})
+
+    async def chat_event(self, message: ChatEventMessage) -> None:
+        await self._relay(message["event"])
+
+    async def _relay(self, event: dict[str, Any]) -> None:
+        kind, message_id = event["type"], event.get("message")
+        if message_id in self.finished:
+            return
+        if kind == "token":
+            await self._token(message_id, event["at"], event["text"])
+            return
+        if kind in ("question", "status", "citations"):
+            key = (message_id, kind, event.get("state", ""))
+            if key in self.seen:
+                return
+            self.seen.add(key)
+        elif kind in ("done", "refused", "error") and message_id is not None:
+            self.finished.add(message_id)
+        await self.send_json(event)
+
+    async def _token(self, message_id: int, at: int, text: str) -> None:
+        have = self.sent.get(message_id, 0)
+        if at > have:
+            # Something between what we have and this token never reached us (a full channel
+            # layer drops messages): the stored text has it, because it is written before it is sent.
+            stored = await database_sync_to_async(_stored_text)(message_id)
+            if len(stored) > have:
+                await self.send_json({"type": "token", "message": message_id, "at": have, "text": stored[have:]})
+                have = self.sent[message_id] = len(stored)
+        if at + len(text) <= have:
+            return
+        if at < have:
+            text, at = text[have - at :], have
+        await self.send_json({"type": "token", "message": message_id, "at": at, "text": text})
+        self.sent[message_id] = at + len(text)

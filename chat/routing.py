@@ -4,4 +4,5 @@ from chat import consumers
 
 websocket_urlpatterns = [
     path("ws/hello/", consumers.HelloConsumer.as_asgi()),
+    path("ws/chat/<int:pk>/", consumers.ChatConsumer.as_asgi()),
 ]

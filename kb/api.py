@@ -21,6 +21,7 @@ class BearerToken(HttpBearer):
 
 api = NinjaAPI(title="Knowledge base API", version="1", auth=[BearerToken(), django_auth], urls_namespace="api")
 api.add_router("/search", "search.api.router")
+api.add_router("/", "chat.api.router")
 
 
 class MeOut(Schema):

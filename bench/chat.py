@@ -1,0 +1,205 @@
+"""Chat benchmark: time to first token and total time, and memory over 1,000 answers.
+
+    .venv/bin/python bench/chat.py [--answers 1000] [--json OUT]
+
+Like `manage.py evaluate`, it never touches the live knowledge base: it creates a scratch
+database on the same PostgreSQL server, runs itself again as a child process against it
+(`--inner`: migrate, create the demo evaluation set's groups and users, ingest
+demo/eval/corpus through the real pipeline, answer), and drops the database at the end.
+Uploads go to a temporary folder. Answers are produced exactly as a worker produces them
+(chat.services.answer_produce: retrieval, extractive backend, storing, publishing to the
+channel layer), in-process, so the times are the producer's, without queueing.
+
+Printed: time to first token and total time (p50/p95) over the demo questions, the
+embedding of one short query in the same run (DESIGN's denominator), and the process RSS
+after 100 and after 1,000 answers (growth must stay under 10%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+EVAL_DIR = ROOT / "demo" / "eval"
+GROWTH_LIMIT = 0.10
+
+
+def _setup() -> None:
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
+    os.environ["KB_ANSWER_BACKEND"] = "extractive"
+    import django
+
+    django.setup()
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = (len(ordered) - 1) * p / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+# Inner half: runs against the scratch database only ----------------------------------------
+
+
+def _people(acl: dict[str, Any]) -> Any:
+    from django.contrib.auth.models import Group, User
+
+    names = sorted({g for g in acl.get("groups", {}).values() if g != "everyone"})
+    groups = {name: Group.objects.create(name=name) for name in names}
+    reader = User.objects.create_user("bench-reader")  # in every group: every question is answerable in principle
+    reader.groups.set(groups.values())
+    return reader, groups
+
+
+def _ingest(acl: dict[str, Any], groups: dict[str, Any]) -> int:
+    from kb.ingest.batch import expand_paths, ingest_paths
+
+    corpus = EVAL_DIR / "corpus"
+    ready = 0
+    for path in expand_paths([corpus]):
+        group = acl.get("groups", {}).get(path.relative_to(corpus).as_posix(), "everyone")
+        restricted = None if group == "everyone" else [groups[group]]
+        summary = ingest_paths([path], groups=restricted, sync=True)
+        ready += len(summary.ready)
+    return ready
+
+
+def _answer(reader: Any, question: str) -> Any:
+    from chat.models import Message
+    from chat.services import answer_produce, question_ask
+
+    began = time.perf_counter()
+    asked = question_ask(user=reader, question=question, enqueue=False)
+    answer_produce(message_id=asked.answer.pk)
+    wall_ms = (time.perf_counter() - began) * 1000
+    return Message.objects.get(pk=asked.answer.pk), wall_ms
+
+
+def run_inner(answers: int) -> dict[str, Any]:
+    import psutil
+    from django.core.management import call_command
+
+    from kb.ingest import embedding
+
+    call_command("migrate", interactive=False, verbosity=0)
+    acl = json.loads((EVAL_DIR / "acl.json").read_text())
+    questions = [json.loads(line)["query"] for line in (EVAL_DIR / "questions.jsonl").open() if line.strip()]
+    reader, groups = _people(acl)
+    started = time.perf_counter()
+    documents = _ingest(acl, groups)
+    ingest_s = time.perf_counter() - started
+
+    embed_ms = []
+    for _ in range(30):
+        began = time.perf_counter()
+        embedding.embed(["where is the export button"])
+        embed_ms.append((time.perf_counter() - began) * 1000)
+
+    for question in questions[:5]:  # warm-up: models, caches, connections
+        _answer(reader, question)
+    first_token, total, wall, retrieval, refused = [], [], [], [], 0
+    for question in questions:
+        message, wall_ms = _answer(reader, question)
+        wall.append(wall_ms)
+        total.append(message.total_ms)
+        retrieval.append(message.retrieval_ms)
+        if message.status == "refused":
+            refused += 1
+        elif message.first_token_ms is not None:
+            first_token.append(message.first_token_ms)
+
+    process = psutil.Process()
+    rss: dict[int, int] = {}
+    for i in range(1, answers + 1):
+        _answer(reader, questions[i % len(questions)])
+        if i in (100, answers):
+            rss[i] = process.memory_info().rss
+    return {
+        "documents": documents, "ingest_s": ingest_s, "questions": len(questions), "refused": refused,
+        "first_token_ms": first_token, "total_ms": total, "wall_ms": wall, "retrieval_ms": retrieval,
+        "embed_ms": embed_ms,
+        "answers": answers, "rss_100": rss.get(100), "rss_end": rss.get(answers),
+    }
+
+
+# Outer half: scratch database ---------------------------------------------------------------
+
+
+def run_outer(answers: int) -> dict[str, Any]:
+    from django.conf import settings
+    from django.db import connection
+
+    from search.evaluation.runner import database_url, scratch_database
+
+    with scratch_database(connection.settings_dict) as name, tempfile.TemporaryDirectory(prefix="kb-bench-") as tmp:
+        print(f"scratch database {name} (dropped at the end); ingesting {EVAL_DIR / 'corpus'} …", file=sys.stderr)
+        out = Path(tmp) / "results.json"
+        env = dict(os.environ)
+        env.update(DATABASE_URL=database_url(connection.settings_dict, name), REDIS_URL=settings.REDIS_URL,
+                   SECRET_KEY=settings.SECRET_KEY, KB_MEDIA_ROOT=str(Path(tmp) / "media"), DEBUG="0",
+                   KB_ANSWER_BACKEND="extractive", PYTHONUNBUFFERED="1")
+        command = [sys.executable, str(Path(__file__).resolve()), "--inner", str(out), "--answers", str(answers)]
+        child = subprocess.run(command, env=env, cwd=ROOT)
+        if child.returncode != 0 or not out.exists():
+            raise SystemExit(f"the benchmark run failed (exit {child.returncode})")
+        return dict(json.loads(out.read_text()))
+
+
+def report(result: dict[str, Any]) -> list[str]:
+    ft, total, embed = result["first_token_ms"], result["total_ms"], result["embed_ms"]
+    growth = (result["rss_end"] - result["rss_100"]) / result["rss_100"]
+    mib = 1024 * 1024
+    embed_p50 = percentile(embed, 50)
+    return [
+        f"chat bench: {result['questions']} demo questions, extractive backend, {result['documents']} documents "
+        f"ingested in {result['ingest_s']:.1f}s",
+        f"answered {result['questions'] - result['refused']}, refused (NO ANSWER) {result['refused']}",
+        f"time to first token: p50 {percentile(ft, 50):.1f} ms, p95 {percentile(ft, 95):.1f} ms "
+        f"({percentile(ft, 50) / embed_p50:.1f}x one query embedding, p50 {embed_p50:.1f} ms in this run)",
+        f"retrieval:           p50 {percentile(result['retrieval_ms'], 50):.1f} ms, "
+        f"p95 {percentile(result['retrieval_ms'], 95):.1f} ms (search, gate, split sections reassembled)",
+        f"total time:          p50 {percentile(total, 50):.1f} ms, p95 {percentile(total, 95):.1f} ms "
+        f"(retrieval to done; with the ask and storing, wall p50 {percentile(result['wall_ms'], 50):.1f} ms, "
+        f"p95 {percentile(result['wall_ms'], 95):.1f} ms)",
+        f"RSS after 100 answers: {result['rss_100'] / mib:.1f} MiB; after {result['answers']}: "
+        f"{result['rss_end'] / mib:.1f} MiB; growth {growth * 100:+.1f}% "
+        f"({'OK' if growth < GROWTH_LIMIT else 'OVER'} the {GROWTH_LIMIT * 100:.0f}% limit)",
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--answers", type=int, default=1000, help="answers for the memory run (RSS at 100 and at the end)")
+    parser.add_argument("--json", type=Path, help="also write the raw figures here")
+    parser.add_argument("--inner", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.answers < 100:
+        parser.error("--answers must be at least 100")
+    _setup()
+    if args.inner:
+        args.inner.write_text(json.dumps(run_inner(args.answers)))
+        return
+    result = run_outer(args.answers)
+    for line in report(result):
+        print(line)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    growth = (result["rss_end"] - result["rss_100"]) / result["rss_100"]
+    sys.exit(0 if growth < GROWTH_LIMIT else 1)
+
+
+if __name__ == "__main__":
+    main()

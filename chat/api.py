@@ -1,0 +1,230 @@
+"""POST /api/ask, the caller's conversations, and the support review API.
+
+Mounted with `api.add_router("/", "chat.api.router")` in kb/api.py, so it inherits the
+API's auth (session with CSRF, or a Bearer token).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from django.http import HttpRequest
+from ninja import Query, Router, Schema, Status
+from ninja.errors import HttpError
+from pydantic import Field
+
+from chat import selectors, services
+from chat.models import Feedback, Message
+from chat.selectors import MessageView
+
+router = Router(tags=["chat"])
+
+
+class AskIn(Schema):
+    question: str = Field(min_length=1, max_length=services.MAX_QUESTION)
+    conversation: int | None = None
+
+
+class AskOut(Schema):
+    conversation: int
+    question: int
+    message: int
+    stream: str
+
+
+class CitationOut(Schema):
+    number: int
+    chunk_id: int | None
+    document_id: int
+    document_title: str
+    label: str
+    link: str
+    quote: str
+    start: int
+    end: int
+    page: int | None
+    parts: int
+    distance: float
+
+
+class TimingsOut(Schema):
+    retrieval_ms: float | None
+    first_token_ms: float | None
+    total_ms: float | None
+
+
+class MessageOut(Schema):
+    id: int
+    role: str
+    status: str
+    text: str
+    html: str
+    withheld: bool
+    intent: str
+    refusal_reason: str
+    error: str
+    backend: str
+    model: str
+    notice: str
+    timings: TimingsOut
+    citations: list[CitationOut]
+    restricted_citations: list[int]
+    created_at: datetime
+
+
+class ConversationOut(Schema):
+    id: int
+    title: str
+    created_at: datetime
+    updated_at: datetime
+    stream: str
+    messages: list[MessageOut]
+
+
+class ConversationSummaryOut(Schema):
+    id: int
+    title: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class FeedbackIn(Schema):
+    kind: Literal["wrong_source", "unsupported", "outdated"]
+    citation: int | None = Field(default=None, description="The citation's number; none flags the whole answer")
+    note: str = Field(default="", max_length=4000)
+
+
+class FeedbackOut(Schema):
+    id: int
+    kind: str
+    citation: int | None
+    note: str
+    reviewer: str | None
+    created_at: datetime
+
+
+class ReviewAnswerOut(MessageOut):
+    conversation: int
+    owner: str
+    question: str
+    feedback: list[FeedbackOut]
+
+
+class ReviewFilter(Schema):
+    flagged: bool | None = None
+    status: Literal["pending", "running", "done", "refused", "failed"] | None = None
+    limit: int = Field(default=50, ge=1, le=200)
+    before: int | None = Field(default=None, description="Only answers with a smaller id (the next page)")
+
+
+def stream_path(conversation_id: int) -> str:
+    return f"/ws/chat/{conversation_id}/"
+
+
+def _message(view: MessageView) -> dict[str, Any]:
+    m = view.message
+    return {
+        "id": m.pk, "role": m.role, "status": m.status, "text": view.text, "html": view.html,
+        "withheld": view.withheld, "intent": m.intent, "refusal_reason": m.refusal_reason, "error": m.error,
+        "backend": m.backend, "model": m.model, "notice": m.notice, "timings": view.timings,
+        "citations": view.citations, "restricted_citations": view.restricted, "created_at": m.created_at,
+    }
+
+
+def _feedback(feedback: Feedback) -> dict[str, Any]:
+    return {
+        "id": feedback.pk, "kind": feedback.kind, "citation": feedback.citation.number if feedback.citation else None,
+        "note": feedback.note, "reviewer": feedback.reviewer.get_username() if feedback.reviewer else None,
+        "created_at": feedback.created_at,
+    }
+
+
+def _review(view: MessageView) -> dict[str, Any]:
+    m = view.message
+    return _message(view) | {
+        "conversation": m.conversation_id,
+        "owner": m.conversation.owner.get_username(),
+        "question": m.question.text if m.question else "",
+        "feedback": [_feedback(f) for f in m.feedback.all()],
+    }
+
+
+def _require_reviewer(request: HttpRequest) -> None:
+    if not selectors.is_reviewer(request.user):
+        raise HttpError(403, "only support staff may review answers")
+
+
+@router.post("/ask", response={202: AskOut})
+def ask(request: HttpRequest, payload: AskIn) -> Status[dict[str, Any]]:
+    """Store the question and return at once; the answer streams to `stream` (a websocket)."""
+    try:
+        asked = services.question_ask(user=request.user, question=payload.question,
+                                      conversation_id=payload.conversation)
+    except services.NotFound as exc:
+        raise HttpError(404, str(exc)) from None
+    except services.ChatError as exc:
+        raise HttpError(422, str(exc)) from None
+    return Status(202, {"conversation": asked.conversation.pk, "question": asked.question.pk,
+                        "message": asked.answer.pk, "stream": stream_path(asked.conversation.pk)})
+
+
+@router.get("/conversations", response=list[ConversationSummaryOut])
+def conversations(request: HttpRequest) -> Any:
+    return selectors.conversation_list(user=request.user)
+
+
+@router.get("/conversations/{conversation_id}", response=ConversationOut)
+def conversation(request: HttpRequest, conversation_id: int) -> dict[str, Any]:
+    found = selectors.conversation_for_user(request.user, conversation_id)
+    if found is None:
+        raise HttpError(404, "no such conversation")
+    views = selectors.message_views(selectors.conversation_messages(found), viewer=request.user)
+    return {"id": found.pk, "title": found.title, "created_at": found.created_at, "updated_at": found.updated_at,
+            "stream": stream_path(found.pk), "messages": [_message(v) for v in views]}
+
+
+@router.get("/review/answers", response=list[ReviewAnswerOut], tags=["review"])
+def review_answers(request: HttpRequest, filters: Query[ReviewFilter]) -> list[dict[str, Any]]:
+    """Recent answers with their citations and feedback, newest first (support staff only)."""
+    _require_reviewer(request)
+    answers = selectors.review_answers(flagged=filters.flagged, status=filters.status, limit=filters.limit,
+                                       before=filters.before)
+    return [_review(v) for v in selectors.message_views(answers, viewer=request.user)]
+
+
+@router.get("/review/answers/{message_id}", response=ReviewAnswerOut, tags=["review"])
+def review_answer(request: HttpRequest, message_id: int) -> dict[str, Any]:
+    _require_reviewer(request)
+    answer = selectors.review_answer(message_id)
+    if answer is None:
+        raise HttpError(404, "no such answer")
+    return _review(selectors.message_views([answer], viewer=request.user)[0])
+
+
+@router.post("/review/answers/{message_id}/feedback", response={201: FeedbackOut}, tags=["review"])
+def review_feedback(request: HttpRequest, message_id: int, payload: FeedbackIn) -> Status[dict[str, Any]]:
+    _require_reviewer(request)
+    answer = Message.objects.filter(pk=message_id, role=Message.Role.ASSISTANT).first()
+    if answer is None:
+        raise HttpError(404, "no such answer")
+    try:
+        created = services.feedback_add(reviewer=request.user, message=answer, kind=payload.kind,
+                                        citation_number=payload.citation, note=payload.note)
+    except services.ChatError as exc:
+        raise HttpError(422, str(exc)) from None
+    return Status(201, _feedback(created))
+
+
+@router.get("/review/conversations/{conversation_id}", response=ConversationOut, tags=["review"])
+def review_conversation(request: HttpRequest, conversation_id: int) -> dict[str, Any]:
+    """Any conversation, read-only (support staff only; streaming stays with its owner)."""
+    _require_reviewer(request)
+    from chat.models import Conversation
+
+    found = Conversation.objects.filter(pk=conversation_id).first()
+    if found is None:
+        raise HttpError(404, "no such conversation")
+    views = selectors.message_views(selectors.conversation_messages(found), viewer=request.user)
+    return {"id": found.pk, "title": found.title, "created_at": found.created_at, "updated_at": found.updated_at,
+            "stream": stream_path(found.pk), "messages": [_message(v) for v in views]}

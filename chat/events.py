@@ -1,0 +1,159 @@
+"""The JSON events of /ws/chat/<conversation>/ and how sync code publishes them.
+
+Every event names its `message`; token events carry `at`, the offset of their text in
+the answer, so a client (and the consumer, when it replays stored text first) never
+shows a piece twice.
+
+Publishing goes through one event loop per process, kept in a daemon thread: the
+channel layer's Redis connections belong to a loop, and `async_to_sync` would make a
+new loop, and new connections, for every single token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections.abc import Coroutine
+from typing import Any, Literal, NotRequired, TypedDict
+
+from channels.layers import get_channel_layer
+
+log = logging.getLogger(__name__)
+
+PUBLISH_TIMEOUT_S = 5.0
+HANDLER = "chat.event"  # the consumer's chat_event() relays these
+
+
+class CitationPayload(TypedDict):
+    number: int
+    chunk_id: int | None
+    document_id: int
+    document_title: str
+    label: str
+    link: str
+    quote: str
+    start: int
+    end: int
+    page: int | None
+    parts: int
+    distance: float
+
+
+class Timings(TypedDict):
+    retrieval_ms: float | None
+    first_token_ms: float | None
+    total_ms: float | None
+
+
+class QuestionEvent(TypedDict):
+    type: Literal["question"]
+    message: int
+    text: str
+
+
+class StatusEvent(TypedDict):
+    type: Literal["status"]
+    message: int
+    state: Literal["queued", "retrieving", "generating"]
+    backend: NotRequired[str]
+    model: NotRequired[str]
+    notice: NotRequired[str]
+    intent: NotRequired[str]
+
+
+class TokenEvent(TypedDict):
+    type: Literal["token"]
+    message: int
+    at: int
+    text: str
+
+
+class CitationsEvent(TypedDict):
+    type: Literal["citations"]
+    message: int
+    citations: list[CitationPayload]
+
+
+class DoneEvent(TypedDict):
+    type: Literal["done"]
+    message: int
+    text: str
+    html: str
+    intent: str
+    backend: str
+    model: str
+    notice: str
+    timings: Timings
+
+
+class RefusedEvent(TypedDict):
+    type: Literal["refused"]
+    message: int
+    reason: str
+    text: str
+    intent: str
+    timings: Timings
+
+
+class ErrorEvent(TypedDict):
+    type: Literal["error"]
+    message: int | None
+    error: str
+
+
+Event = QuestionEvent | StatusEvent | TokenEvent | CitationsEvent | DoneEvent | RefusedEvent | ErrorEvent
+
+
+class ChatEventMessage(TypedDict):
+    """What goes over the channel layer to every consumer in the conversation's group."""
+
+    type: Literal["chat.event"]
+    event: dict[str, Any]
+
+
+class _LoopThread:
+    """An asyncio loop in a daemon thread, created lazily and again after a fork (Celery prefork)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = 0
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._pid != os.getpid():
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="chat-publisher", daemon=True).start()
+                self._loop, self._pid = loop, os.getpid()
+            return self._loop
+
+    def run(self, coroutine: Coroutine[Any, Any, Any], timeout: float) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop()).result(timeout)
+
+
+_publisher = _LoopThread()
+
+
+def group_name(conversation_id: int) -> str:
+    return f"chat.{conversation_id}"
+
+
+def publish(conversation_id: int, event: Event | dict[str, Any]) -> bool:
+    """Send `event` to everyone watching the conversation; False (logged) when the layer is unreachable.
+
+    A lost event costs nothing permanent: the text is stored first, and a client that
+    reconnects gets it from there.
+    """
+    layer = get_channel_layer()
+    if layer is None:
+        return False
+    message: ChatEventMessage = {"type": HANDLER, "event": dict(event)}
+    try:
+        _publisher.run(layer.group_send(group_name(conversation_id), message), PUBLISH_TIMEOUT_S)
+    except Exception:  # the answer goes on; readers recover from the stored text
+        log.warning("could not publish a %s event for conversation %s", event.get("type"), conversation_id,
+                    exc_info=True)
+        return False
+    return True

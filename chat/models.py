@@ -1,0 +1,132 @@
+"""Conversations, their messages, the citations the server attached, and reviewers' feedback."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class Conversation(models.Model):
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
+    title = models.CharField(max_length=200, blank=True, help_text="The first question, shortened")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at", "-pk"]
+        indexes = [models.Index(fields=["owner", "-updated_at"], name="chat_conv_owner_recent")]
+
+    def __str__(self) -> str:
+        return self.title or f"Conversation {self.pk}"
+
+    @property
+    def group(self) -> str:
+        """The channel-layer group its events go to."""
+        return f"chat.{self.pk}"
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+
+    class Status(models.TextChoices):
+        PENDING = "pending"  # queued for a worker
+        RUNNING = "running"  # retrieving or generating; `text` grows as tokens arrive
+        DONE = "done"
+        REFUSED = "refused"  # NO ANSWER: no backend was called
+        FAILED = "failed"
+
+    FINISHED = (Status.DONE, Status.REFUSED, Status.FAILED)
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    question = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="answers",
+        help_text="For an answer: the user's message it answers",
+    )
+    text = models.TextField(blank=True, help_text="The question, or the answer as far as it has been produced")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.DONE, db_index=True)
+    intent = models.CharField(max_length=16, blank=True)
+    refusal_reason = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    backend = models.CharField(max_length=40, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    notice = models.CharField(max_length=300, blank=True, help_text="Shown with the answer, e.g. a small model's caveat")
+    nearest_distance = models.FloatField(null=True, blank=True)
+    threshold = models.FloatField(null=True, blank=True)
+    retrieval_ms = models.FloatField(null=True, blank=True)
+    first_token_ms = models.FloatField(null=True, blank=True)
+    total_ms = models.FloatField(null=True, blank=True)
+    # A queued job names the row it may claim by this too: a stale queue entry (a test
+    # database recreated, a restored backup) never answers somebody else's question.
+    job_id = models.UUIDField(default=uuid.uuid4, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["conversation_id", "pk"]
+        indexes = [models.Index(fields=["role", "-created_at"], name="chat_msg_role_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.role} #{self.pk}"
+
+    @property
+    def refused(self) -> bool:
+        return self.status == self.Status.REFUSED
+
+    @property
+    def finished(self) -> bool:
+        return self.status in self.FINISHED
+
+
+class Citation(models.Model):
+    """Source [number] of an answer, as the server attached it: the model only wrote the number."""
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="citations")
+    number = models.PositiveSmallIntegerField()
+    # Re-indexing replaces chunks and deleting a document removes them; the quote and
+    # locator stay, and a citation whose document is gone is shown to nobody.
+    chunk = models.ForeignKey("kb.Chunk", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    document = models.ForeignKey("kb.Document", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    document_title = models.CharField(max_length=300)
+    label = models.CharField(max_length=1000, help_text="Locator label: the section's breadcrumb")
+    link = models.CharField(max_length=300)
+    quote = models.TextField(help_text="Exactly the cited source text: canonical_text[start:end]")
+    start = models.PositiveIntegerField()
+    end = models.PositiveIntegerField()
+    page = models.PositiveIntegerField(null=True, blank=True)
+    parts = models.PositiveSmallIntegerField(default=1, help_text="Parts of a split section reassembled into this source")
+    distance = models.FloatField()
+
+    class Meta:
+        ordering = ["message_id", "number"]
+        constraints = [models.UniqueConstraint(fields=["message", "number"], name="chat_citation_message_number")]
+
+    def __str__(self) -> str:
+        return f"[{self.number}] {self.label}"
+
+
+class Feedback(models.Model):
+    """A reviewer's flag on an answer, or on one of its citations."""
+
+    class Kind(models.TextChoices):
+        WRONG_SOURCE = "wrong_source", "Wrong source"
+        UNSUPPORTED = "unsupported", "Unsupported claim"
+        OUTDATED = "outdated", "Outdated"
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="feedback")
+    citation = models.ForeignKey(Citation, null=True, blank=True, on_delete=models.CASCADE, related_name="feedback")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    note = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} on message {self.message_id}"

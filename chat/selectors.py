@@ -1,0 +1,182 @@
+"""Reads: who may open a conversation or review answers, and what a given reader may see of a message.
+
+The rule for stored answers: a citation is shown only while its document is visible to
+the reader (accounts.acl, checked at read time), and an answer citing anything the
+reader may not see is withheld whole, since its text may quote that document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Exists, OuterRef, Prefetch, QuerySet
+
+from accounts.acl import visible_documents
+from chat import conf
+from chat.citations import render_html
+from chat.events import CitationPayload, Timings
+from chat.models import Citation, Conversation, Feedback, Message
+
+WITHHELD = "This answer is hidden because it cites a document you cannot read (any more)."
+
+
+def conversation_for_user(user: Any, pk: int) -> Conversation | None:
+    """The conversation if `user` owns it, else None (missing and foreign look the same)."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return None
+    return Conversation.objects.filter(pk=pk, owner=user).first()
+
+
+def conversation_list(*, user: Any, limit: int = 50) -> QuerySet[Conversation]:
+    return Conversation.objects.filter(owner=user).order_by("-updated_at", "-pk")[:limit]
+
+
+def is_reviewer(user: Any) -> bool:
+    """Support staff: members of KB_REVIEW_GROUP (default `support`), and superusers."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return False
+    return bool(user.is_superuser or user.groups.filter(name=conf.review_group()).exists())
+
+
+def earlier_questions(message: Message, *, limit: int = 3) -> list[str]:
+    """The user's previous questions in the conversation, oldest first (never earlier answers)."""
+    before = message.question_id or message.pk
+    rows = (
+        Message.objects.filter(conversation_id=message.conversation_id, role=Message.Role.USER, pk__lt=before)
+        .order_by("-pk")
+        .values_list("text", flat=True)[:limit]
+    )
+    return list(reversed(rows))
+
+
+@dataclass
+class MessageView:
+    """A message as one reader may see it."""
+
+    message: Message
+    text: str
+    html: str
+    withheld: bool
+    citations: list[CitationPayload] = field(default_factory=list)
+    restricted: list[int] = field(default_factory=list)  # numbers of citations hidden from this reader
+
+    @property
+    def timings(self) -> Timings:
+        m = self.message
+        return {"retrieval_ms": m.retrieval_ms, "first_token_ms": m.first_token_ms, "total_ms": m.total_ms}
+
+
+def citation_payload(citation: Citation) -> CitationPayload:
+    return {
+        "number": citation.number,
+        "chunk_id": citation.chunk_id,
+        "document_id": citation.document_id or 0,
+        "document_title": citation.document_title,
+        "label": citation.label,
+        "link": citation.link,
+        "quote": citation.quote,
+        "start": citation.start,
+        "end": citation.end,
+        "page": citation.page,
+        "parts": citation.parts,
+        "distance": citation.distance,
+    }
+
+
+def readable_document_ids(viewer: Any, messages: Iterable[Message]) -> set[int]:
+    """Of the documents the messages cite, those `viewer` may read now (one query)."""
+    cited = {c.document_id for m in messages for c in m.citations.all() if c.document_id}
+    if not cited:
+        return set()
+    return set(visible_documents(viewer).filter(pk__in=cited).values_list("pk", flat=True))
+
+
+def message_views(messages: Sequence[Message], *, viewer: Any) -> list[MessageView]:
+    """Views of `messages` (citations prefetched) for `viewer`, with one ACL query for all of them."""
+    readable = readable_document_ids(viewer, messages)
+    views = []
+    for message in messages:
+        shown, hidden = [], []
+        for citation in message.citations.all():
+            (shown if citation.document_id in readable else hidden).append(citation)
+        if hidden:
+            views.append(MessageView(message, WITHHELD, f"<p>{WITHHELD}</p>", True,
+                                     [citation_payload(c) for c in shown], [c.number for c in hidden]))
+            continue
+        html = render_html(message.text, {c.number: c for c in shown}) if message.role == Message.Role.ASSISTANT else ""
+        views.append(MessageView(message, message.text, html, False, [citation_payload(c) for c in shown]))
+    return views
+
+
+def conversation_messages(conversation: Conversation, *, since: int | None = None) -> list[Message]:
+    qs = conversation.messages.prefetch_related("citations").order_by("pk")
+    if since:
+        qs = qs.filter(pk__gt=since)
+    return list(qs)
+
+
+def conversation_replay(conversation: Conversation, *, viewer: Any, since: int | None = None) -> list[dict[str, Any]]:
+    """The events a reader connecting now gets first: every message so far, as stored.
+
+    A running answer's stored text comes as one token event at offset 0; the producer
+    stores text before publishing it, so live events after this only ever add to it.
+    """
+    events: list[dict[str, Any]] = []
+    for view in message_views(conversation_messages(conversation, since=since), viewer=viewer):
+        m = view.message
+        if m.role == Message.Role.USER:
+            events.append({"type": "question", "message": m.pk, "text": m.text})
+            continue
+        if m.status == Message.Status.PENDING:
+            events.append({"type": "status", "message": m.pk, "state": "queued"})
+        elif m.status == Message.Status.RUNNING:
+            state = {"type": "status", "message": m.pk, "state": "generating" if m.backend else "retrieving"}
+            if m.backend:
+                state.update(backend=m.backend, model=m.model, notice=m.notice, intent=m.intent)
+            events.append(state)
+            if m.text:
+                events.append({"type": "token", "message": m.pk, "at": 0, "text": m.text})
+        elif m.status == Message.Status.REFUSED:
+            events.append({"type": "refused", "message": m.pk, "reason": m.refusal_reason, "text": m.text,
+                           "intent": m.intent, "timings": view.timings})
+        elif m.status == Message.Status.FAILED:
+            if m.text and not view.withheld:
+                events.append({"type": "token", "message": m.pk, "at": 0, "text": m.text})
+            events.append({"type": "error", "message": m.pk, "error": m.error})
+        else:
+            if not view.withheld:
+                events.append({"type": "token", "message": m.pk, "at": 0, "text": m.text})
+            events.append({"type": "citations", "message": m.pk, "citations": view.citations})
+            events.append({"type": "done", "message": m.pk, "text": view.text, "html": view.html,
+                           "intent": m.intent, "backend": m.backend, "model": m.model, "notice": m.notice,
+                           "timings": view.timings, "withheld": view.withheld})
+    return events
+
+
+def _answers() -> QuerySet[Message]:
+    """Answers with what a review page shows, prefetched: a fixed number of queries for any number."""
+    return (
+        Message.objects.filter(role=Message.Role.ASSISTANT)
+        .select_related("conversation__owner", "question")
+        .prefetch_related("citations", Prefetch("feedback", queryset=Feedback.objects.select_related("citation", "reviewer")))
+    )
+
+
+def review_answers(*, flagged: bool | None = None, status: str | None = None, limit: int = 50,
+                   before: int | None = None) -> list[Message]:
+    """Recent answers, newest first."""
+    qs = _answers().order_by("-pk")
+    if flagged is not None:
+        has_feedback = Exists(Feedback.objects.filter(message=OuterRef("pk")))
+        qs = qs.filter(has_feedback) if flagged else qs.exclude(has_feedback)
+    if status:
+        qs = qs.filter(status=status)
+    if before:
+        qs = qs.filter(pk__lt=before)
+    return list(qs[:limit])
+
+
+def review_answer(pk: int) -> Message | None:
+    return _answers().filter(pk=pk).first()

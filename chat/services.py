@@ -1,0 +1,203 @@
+"""Writes: asking a question, producing (storing and publishing) its answer, reviewers' feedback."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+from django.db import reset_queries, transaction
+from django.db.models import Q, Value
+from django.db.models.functions import Concat
+from django.utils import timezone
+
+from chat import conf
+from chat.answering import answer_stream
+from chat.events import publish
+from chat.models import Citation, Conversation, Feedback, Message
+from chat.selectors import earlier_questions
+
+log = logging.getLogger(__name__)
+
+MAX_QUESTION = 2000
+
+
+class ChatError(ValueError):
+    """A request the chat cannot take; the message is for the user."""
+
+
+class NotFound(ChatError):
+    """No such conversation or message for this user (missing and foreign look the same)."""
+
+
+@dataclass(frozen=True)
+class Asked:
+    conversation: Conversation
+    question: Message
+    answer: Message
+
+
+@transaction.atomic
+def question_ask(*, user: Any, question: str, conversation_id: int | None = None, enqueue: bool = True) -> Asked:
+    """Store the question and an empty answer, and queue the answer's production after commit.
+
+    Returns at once; the answer streams to the conversation's group. `enqueue=False`
+    leaves producing it to the caller (`answer_produce`), as tests and the bench do.
+    """
+    question = question.strip()
+    if not question:
+        raise ChatError("the question is empty")
+    if len(question) > MAX_QUESTION:
+        raise ChatError(f"the question is longer than {MAX_QUESTION} characters")
+    if user is None or not user.is_authenticated or not user.is_active:
+        raise NotFound("no such conversation")
+    if conversation_id is None:
+        conversation = Conversation.objects.create(owner=user, title=_title(question))
+    else:
+        conversation = Conversation.objects.select_for_update().filter(pk=conversation_id, owner=user).first()
+        if conversation is None:
+            raise NotFound("no such conversation")
+        conversation.save(update_fields=["updated_at"])
+    asked = Message.objects.create(conversation=conversation, role=Message.Role.USER, text=question)
+    answer = Message.objects.create(
+        conversation=conversation, role=Message.Role.ASSISTANT, question=asked, status=Message.Status.PENDING
+    )
+    for event in ({"type": "question", "message": asked.pk, "text": question},
+                  {"type": "status", "message": answer.pk, "state": "queued"}):
+        transaction.on_commit(partial(publish, conversation.pk, event))
+    if enqueue:
+        from chat.tasks import answer_message
+
+        transaction.on_commit(partial(answer_message.delay, answer.pk, str(answer.job_id)))
+    return Asked(conversation, asked, answer)
+
+
+def _title(question: str) -> str:
+    line = " ".join(question.split())
+    return line if len(line) <= 120 else line[:119].rsplit(" ", 1)[0] + "…"
+
+
+class _Writer:
+    """Stores each event of one answer, then publishes it: a reader who connects late
+    reads the stored part and receives only what comes after (chat.consumers).
+
+    Every piece the citation filter releases is written and sent at once: it already
+    comes a word at a time, and a piece held back for batching would sit unseen for as
+    long as the model pauses.
+    """
+
+    def __init__(self, message: Message) -> None:
+        self.message = message
+        self.conversation_id = message.conversation_id
+
+    def send(self, event: dict[str, Any]) -> None:
+        publish(self.conversation_id, {k: v for k, v in event.items() if not k.startswith("_")}
+                | {"message": self.message.pk})
+
+    def token(self, event: dict[str, Any]) -> None:
+        Message.objects.filter(pk=self.message.pk).update(text=Concat("text", Value(event["text"])))
+        self.send(event)
+
+    def finish(self, event: dict[str, Any], **fields: Any) -> None:
+        fields.setdefault("finished_at", timezone.now())
+        Message.objects.filter(pk=self.message.pk).update(**fields)
+        self.send(event)
+
+
+def answer_produce(*, message_id: int, job_id: str | uuid.UUID | None = None) -> str | None:
+    """Produce the answer stored as `message_id`: its final status, or None when it was not ours to produce.
+
+    Claims the row (pending → running) so a redelivered or stale job does nothing;
+    never raises for a failed answer (the reader gets an `error` event and the row says why).
+    """
+    now = timezone.now()
+    # A running answer whose worker died long ago (acks_late redelivers its job) starts over.
+    abandoned = Q(status=Message.Status.RUNNING, started_at__lt=now - timedelta(seconds=2 * conf.answer_timeout() + 60))
+    claim = Message.objects.filter(Q(status=Message.Status.PENDING) | abandoned, pk=message_id,
+                                   role=Message.Role.ASSISTANT)
+    if job_id is not None:
+        claim = claim.filter(job_id=job_id)
+    if not claim.update(status=Message.Status.RUNNING, started_at=now, text="", error=""):
+        return None
+    Citation.objects.filter(message_id=message_id).delete()
+    message = Message.objects.select_related("conversation__owner", "question").get(pk=message_id)
+    writer = _Writer(message)
+    status: str | None = None
+    try:
+        question = message.question.text if message.question else ""
+        events = answer_stream(user=message.conversation.owner, question=question, earlier=earlier_questions(message))
+        for event in events:
+            status = _store(writer, event) or status
+        if status is None:
+            raise RuntimeError("the answer stream ended without done, refused or error")
+    except Exception:
+        log.exception("answer %s failed", message_id)
+        status = Message.Status.FAILED
+        writer.finish({"type": "error", "error": "The answer could not be finished: an internal error occurred."},
+                      status=status, error="internal error (see the worker log)")
+    finally:
+        # Request-scoped memory goes now: the generator (sources, prompt, backend state),
+        # the query log DEBUG keeps, and a young-generation sweep for the cycles they leave.
+        del writer
+        reset_queries()
+        gc.collect(0)
+    return status
+
+
+def _store(writer: _Writer, event: dict[str, Any]) -> str | None:
+    kind = event["type"]
+    facts = event.get("_facts", {})
+    if kind == "token":
+        writer.token(event)
+        return None
+    if kind == "status":
+        if event["state"] == "generating":
+            Message.objects.filter(pk=writer.message.pk).update(
+                backend=event["backend"], model=event["model"][:200], notice=event["notice"][:300], **facts
+            )
+        writer.send(event)
+        return None
+    if kind == "refused":
+        timings = event["timings"]
+        writer.finish(event, status=Message.Status.REFUSED, text=event["text"], refusal_reason=event["reason"],
+                      **facts, **timings)
+        return Message.Status.REFUSED
+    if kind == "citations":
+        Citation.objects.bulk_create(
+            Citation(
+                message_id=writer.message.pk, number=c["number"], chunk_id=c["chunk_id"], document_id=c["document_id"],
+                document_title=c["document_title"][:300], label=c["label"][:1000], link=c["link"][:300],
+                quote=c["quote"], start=c["start"], end=c["end"], page=c["page"], parts=c["parts"],
+                distance=c["distance"],
+            )
+            for c in event["citations"]
+        )
+        writer.send(event)
+        return None
+    if kind == "done":
+        writer.finish(event | {"withheld": False}, status=Message.Status.DONE, text=event["text"], **event["timings"])
+        return Message.Status.DONE
+    if kind == "error":
+        fields: dict[str, Any] = {"status": Message.Status.FAILED, "error": event["error"]}
+        if event.get("_withdraw"):
+            fields["text"] = ""  # what it drew on may now be hidden from its reader
+        writer.finish(event, **fields)
+        return Message.Status.FAILED
+    raise ValueError(f"unknown answer event {kind!r}")
+
+
+def feedback_add(*, reviewer: Any, message: Message, kind: str, citation_number: int | None = None,
+                 note: str = "") -> Feedback:
+    """Flag an answer, or one of its citations, as wrong source / unsupported / outdated."""
+    if kind not in Feedback.Kind.values:
+        raise ChatError(f"unknown feedback kind {kind!r}; one of {', '.join(Feedback.Kind.values)}")
+    citation = None
+    if citation_number is not None:
+        citation = message.citations.filter(number=citation_number).first()
+        if citation is None:
+            raise ChatError(f"answer {message.pk} has no citation [{citation_number}]")
+    return Feedback.objects.create(message=message, citation=citation, reviewer=reviewer, kind=kind, note=note.strip())

