@@ -66,12 +66,22 @@ def check_embedding() -> dict[str, Any]:
     return {"model": settings.KB_EMBEDDING_MODEL, "dimensions": dims}
 
 
+def check_reranker() -> dict[str, Any]:
+    """Optional: "off" is healthy; a configured model must load."""
+    from search import rerank
+
+    if rerank.enabled():
+        rerank.scores("health check", ["loads"])
+    return {"status": rerank.status()}
+
+
 CHECKS: dict[str, Check] = {
     "database": check_database,
     "pgvector": check_pgvector,
     "redis": check_redis,
     "celery": check_celery,
     "embedding": check_embedding,
+    "reranker": check_reranker,
 }
 
 
