@@ -5,12 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Count, Q, QuerySet
 from django.shortcuts import get_object_or_404
 
 from accounts.acl import visible_documents
-from kb.env import env_str
 from kb.ingest.version import IndexVersion, current_index_version
 from kb.models import Document, Folder
 
@@ -54,14 +52,10 @@ def user_can_manage_documents(user: Any) -> bool:
 
 
 def user_is_reviewer(user: Any) -> bool:
-    """Support staff: members of KB_REVIEW_GROUP (default `support`), and superusers.
+    """Support staff (members of KB_REVIEW_GROUP, default `support`, and superusers): chat's own rule."""
+    from chat.selectors import is_reviewer
 
-    Mirrors chat.selectors.is_reviewer so the navigation does not import the chat app.
-    """
-    if user is None or not user.is_authenticated or not user.is_active:
-        return False
-    group = getattr(settings, "KB_REVIEW_GROUP", None) or env_str("KB_REVIEW_GROUP", "support")
-    return bool(user.is_superuser or user.groups.filter(name=group).exists())
+    return is_reviewer(user)
 
 
 def documents_followable(user: Any) -> QuerySet[Document]:

@@ -1,19 +1,466 @@
-/* Ask page: the question box. Sending is enabled once the chat backend is wired
- * (#ask[data-state="connected"]); until then the form stays inert. */
+/* Ask page: POST /api/ask, then /ws/chat/<conversation>/ streams the answer.
+ *
+ * Every piece of model or document text goes into the page through textContent or
+ * createElement: never innerHTML. The model's [n] markers become chips linking to the
+ * server's locator for that citation; anything else that looks like a link stays text.
+ */
 (function () {
   "use strict";
   var root = document.getElementById("ask");
   var form = document.getElementById("ask-form");
   var box = document.getElementById("question");
   var submit = document.getElementById("ask-submit");
+  var answerEl = document.getElementById("answer");
+  var sourcesEl = document.getElementById("sources");
+  var historyEl = document.getElementById("history");
+  var statusEl = document.getElementById("ask-status");
   if (!root || !form || !box) return;
+
+  // What arrived, in order: the browser tests read this (e.g. several tokens before `done`).
+  var trace = (window.__kbAsk = { events: [], tokensBeforeDone: 0 });
+
+  var conversation = null;
+  var socket = null;
+  var socketFor = null;
+  var turns = {}; // answer message id -> turn
+  var turnList = [];
+  var lastQuestion = "";
+  var chipCount = 0; // keeps preview ids unique when a source is cited twice
+
+  // ---------------------------------------------------------------- helpers
+
+  function el(tag, className, text) {
+    var node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  function csrf() {
+    var match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+    if (match) return decodeURIComponent(match[1]);
+    var input = form.querySelector("input[name=csrfmiddlewaretoken]");
+    return input ? input.value : "";
+  }
+
+  function api(method, url, body) {
+    var options = { method: method, credentials: "same-origin", headers: { Accept: "application/json" } };
+    if (body !== undefined) {
+      options.headers["Content-Type"] = "application/json";
+      options.headers["X-CSRFToken"] = csrf();
+      options.body = JSON.stringify(body);
+    }
+    return fetch(url, options).then(function (response) {
+      return response.json().catch(function () { return {}; }).then(function (data) {
+        if (!response.ok) {
+          var error = new Error((data && data.detail && (typeof data.detail === "string" ? data.detail : "The request was not accepted.")) || ("HTTP " + response.status));
+          error.status = response.status;
+          throw error;
+        }
+        return data;
+      });
+    });
+  }
+
+  // Only the viewer's own locators become links; anything else the server sent stays text.
+  function safeLink(link) {
+    return typeof link === "string" && /^\/documents\/\d+\/(#[A-Za-z0-9=,&]*)?$/.test(link) ? link : null;
+  }
+
+  function setState(state) { root.setAttribute("data-state", state); }
+
+  function showStatus(kind, message) {
+    if (!statusEl) return;
+    statusEl.hidden = !message;
+    statusEl.className = "alert " + (kind === "error" ? "alert-error" : "alert-info");
+    statusEl.setAttribute("role", kind === "error" ? "alert" : "status");
+    statusEl.textContent = message || "";
+  }
+
+  // ---------------------------------------------------------------- rendering an answer
+
+  function citationChip(citation, turnId) {
+    var wrap = el("span", "cite");
+    var href = safeLink(citation.link);
+    var chip = el(href ? "a" : "span", "cite-chip", "[" + citation.number + "]");
+    if (href) chip.href = href;
+    chipCount += 1;
+    var previewId = "cite-" + turnId + "-" + citation.number + "-" + chipCount;
+    chip.setAttribute("aria-describedby", previewId);
+    chip.setAttribute("aria-label", "Source " + citation.number + ": " + citation.document_title);
+    chip.setAttribute("data-number", String(citation.number));
+    var preview = el("span", "cite-preview");
+    preview.id = previewId;
+    preview.setAttribute("role", "tooltip");
+    preview.appendChild(el("span", "cite-preview-title", citation.document_title));
+    if (citation.label) preview.appendChild(el("span", "cite-preview-crumb", citation.label));
+    preview.appendChild(el("span", "cite-preview-quote", citation.quote));
+    wrap.appendChild(chip);
+    wrap.appendChild(preview);
+    return wrap;
+  }
+
+  // Text with [n] chips and `code` spans (the server wraps URLs in backticks: they stay text).
+  function renderInline(parent, text, citations, turnId) {
+    var pattern = /\[(\d{1,3})\]|`([^`\n]+)`|\n/g;
+    var last = 0;
+    var match;
+    while ((match = pattern.exec(text))) {
+      if (match.index > last) parent.appendChild(document.createTextNode(text.slice(last, match.index)));
+      if (match[1] !== undefined) {
+        var citation = citations[Number(match[1])];
+        if (citation) parent.appendChild(citationChip(citation, turnId));
+        // a marker without a visible citation is dropped, as the server does
+      } else if (match[2] !== undefined) {
+        parent.appendChild(el("code", /^(?:[a-z][a-z0-9+.\-]*:|www\.)|@/i.test(match[2]) ? "inert-url" : "", match[2]));
+      } else {
+        parent.appendChild(document.createElement("br"));
+      }
+      last = pattern.lastIndex;
+    }
+    if (last < text.length) parent.appendChild(document.createTextNode(text.slice(last)));
+  }
+
+  function renderFinal(turn) {
+    var body = turn.body;
+    body.textContent = "";
+    var byNumber = {};
+    (turn.citations || []).forEach(function (c) { byNumber[c.number] = c; });
+    turn.text.split(/\n\s*\n/).forEach(function (paragraph) {
+      if (!paragraph.trim()) return;
+      var p = el("p");
+      renderInline(p, paragraph.trim(), byNumber, turn.id);
+      body.appendChild(p);
+    });
+  }
+
+  function renderSources(turn) {
+    sourcesEl.textContent = "";
+    var citations = turn.citations || [];
+    if (!citations.length) {
+      sourcesEl.appendChild(el("li", "muted source-empty", turn.refused ? "No sources: nothing you can read answers this." : "This answer cites no sources."));
+      return;
+    }
+    citations.forEach(function (c) {
+      var li = el("li", "source-item");
+      li.value = c.number;
+      var href = safeLink(c.link);
+      var title = el(href ? "a" : "span", "source-title", c.document_title);
+      if (href) title.href = href;
+      li.appendChild(title);
+      if (c.label) li.appendChild(el("span", "source-crumb", c.label + (c.page ? " · page " + c.page : "")));
+      li.appendChild(el("span", "source-quote", c.quote.length > 240 ? c.quote.slice(0, 240).replace(/\s+\S*$/, "") + " …" : c.quote));
+      sourcesEl.appendChild(li);
+    });
+  }
+
+  function clearEmpty() {
+    var empty = answerEl.querySelector(".answer-empty");
+    if (empty) empty.remove();
+  }
+
+  function newTurn(questionText) {
+    clearEmpty();
+    var node = el("section", "turn");
+    var q = el("p", "turn-question");
+    q.appendChild(el("span", "visually-hidden", "Question: "));
+    q.appendChild(document.createTextNode(questionText));
+    var meta = el("p", "turn-meta muted");
+    var body = el("div", "turn-answer");
+    node.appendChild(q);
+    node.appendChild(meta);
+    node.appendChild(body);
+    answerEl.appendChild(node);
+    var turn = { id: null, node: node, meta: meta, body: body, text: "", question: questionText, citations: [], finished: false };
+    turnList.push(turn);
+    return turn;
+  }
+
+  function turnFor(messageId) {
+    if (turns[messageId]) return turns[messageId];
+    for (var i = 0; i < turnList.length; i++) {
+      if (turnList[i].id === null) {
+        turnList[i].id = messageId;
+        turnList[i].node.setAttribute("data-message", String(messageId));
+        turns[messageId] = turnList[i];
+        return turnList[i];
+      }
+    }
+    var turn = newTurn("");
+    turn.id = messageId;
+    turns[messageId] = turn;
+    return turn;
+  }
+
+  function setMeta(turn, text, busy) {
+    turn.meta.textContent = "";
+    if (busy) turn.meta.appendChild(el("span", "spinner"));
+    if (text) turn.meta.appendChild(document.createTextNode(text));
+    answerEl.setAttribute("aria-busy", busy ? "true" : "false");
+  }
+
+  function backendBadge(turn, backend, notice) {
+    var old = turn.node.querySelector(".backend-badge");
+    if (old) old.remove();
+    if (!backend) return;
+    var label = backend === "local" ? "Small model, may be wrong" : backend === "extractive" ? "Quoted from sources" : "AI answer";
+    var badge = el("p", "backend-badge backend-" + backend.replace(/[^a-z0-9]/gi, ""), label);
+    if (notice) badge.title = notice;
+    turn.node.insertBefore(badge, turn.body);
+  }
+
+  function refusedView(turn, text) {
+    turn.body.textContent = "";
+    var box = el("div", "answer-refused");
+    box.appendChild(el("p", "answer-refused-title", "No answer in the documents you can read"));
+    box.appendChild(el("p", "", "The assistant only answers from documents shared with you, and none of them covers this question, so it did not guess."));
+    var tips = el("ul", "answer-tips");
+    ["Use the words the documents would use: a screen, field, setting or error code.",
+     "Ask about one thing at a time.",
+     "Browse the library, or ask the team that owns the topic: the document may not be shared with you."].forEach(function (t) {
+      tips.appendChild(el("li", "", t));
+    });
+    box.appendChild(tips);
+    if (text) box.appendChild(el("p", "muted answer-refused-detail", text));
+    turn.body.appendChild(box);
+  }
+
+  function errorView(turn, message) {
+    var box = el("div", "alert alert-error answer-error");
+    box.setAttribute("role", "alert");
+    box.appendChild(el("strong", "", "The answer could not be finished. "));
+    box.appendChild(document.createTextNode(message || "Something went wrong."));
+    var retry = el("button", "btn btn-small retry", "Try again");
+    retry.type = "button";
+    retry.addEventListener("click", function () { ask(turn.question || lastQuestion); });
+    box.appendChild(document.createTextNode(" "));
+    box.appendChild(retry);
+    turn.body.appendChild(box);
+  }
+
+  // ---------------------------------------------------------------- events
+
+  function handle(event) {
+    if (!event || typeof event.type !== "string") return;
+    trace.events.push(event.type);
+    var turn;
+    switch (event.type) {
+      case "question":
+        if (!turnList.some(function (t) { return t.questionId === event.message; })) {
+          var pending = turnList.filter(function (t) { return t.questionId === undefined && t.id === null && t.question === event.text; })[0];
+          turn = pending || newTurn(event.text);
+          turn.questionId = event.message;
+        }
+        return;
+      case "status":
+        turn = turnFor(event.message);
+        if (turn.finished) return;
+        setMeta(turn, event.state === "queued" ? "Waiting for the assistant…" : event.state === "retrieving" ? "Searching the documents you can read…" : "Writing the answer…", true);
+        if (event.backend) backendBadge(turn, event.backend, event.notice);
+        return;
+      case "token":
+        turn = turnFor(event.message);
+        if (turn.finished) return;
+        if (typeof event.at !== "number" || event.at > turn.text.length) return;
+        var add = event.text.slice(turn.text.length - event.at);
+        if (!add) return;
+        trace.tokensBeforeDone += 1;
+        turn.text += add;
+        if (!turn.streamNode) {
+          turn.body.textContent = "";
+          turn.streamNode = el("p", "streaming");
+          turn.body.appendChild(turn.streamNode);
+        }
+        turn.streamNode.textContent = turn.text;
+        answerEl.setAttribute("data-length", String(turn.text.length));
+        return;
+      case "citations":
+        turn = turnFor(event.message);
+        turn.citations = event.citations || [];
+        return;
+      case "done":
+        turn = turnFor(event.message);
+        turn.finished = true;
+        turn.streamNode = null;
+        turn.text = event.text || turn.text;
+        setMeta(turn, "", false);
+        backendBadge(turn, event.backend, event.notice);
+        if (event.withheld) {
+          turn.body.textContent = "";
+          turn.body.appendChild(el("p", "muted", event.text));
+        } else {
+          renderFinal(turn);
+        }
+        renderSources(turn);
+        finish();
+        return;
+      case "refused":
+        turn = turnFor(event.message);
+        turn.finished = true;
+        turn.refused = true;
+        setMeta(turn, "", false);
+        refusedView(turn, event.text);
+        renderSources(turn);
+        finish();
+        return;
+      case "error":
+        turn = event.message ? turnFor(event.message) : turnList[turnList.length - 1];
+        if (turn) {
+          turn.finished = true;
+          setMeta(turn, "", false);
+          errorView(turn, event.error);
+        } else {
+          showStatus("error", event.error);
+        }
+        finish();
+        return;
+    }
+  }
+
+  function finish() {
+    busy(false);
+    loadHistory();
+  }
+
+  function busy(on) {
+    submit.disabled = on || !box.value.trim();
+    form.setAttribute("aria-busy", on ? "true" : "false");
+    root.setAttribute("data-busy", on ? "true" : "false");
+  }
+
+  // ---------------------------------------------------------------- socket
+
+  function connect(conversationId, since) {
+    if (socket && socketFor === conversationId && socket.readyState <= 1) return;
+    if (socket) socket.close();
+    var scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    var path = root.getAttribute("data-ws-path").replace("{conversation}", String(conversationId));
+    var url = scheme + location.host + path + (since ? "?since=" + since : "");
+    var ws = new WebSocket(url);
+    socket = ws;
+    socketFor = conversationId;
+    ws.addEventListener("message", function (message) {
+      var data;
+      try { data = JSON.parse(message.data); } catch (e) { return; }
+      handle(data);
+    });
+    ws.addEventListener("close", function (event) {
+      if (socket !== ws) return;
+      socket = null;
+      var open = turnList.filter(function (t) { return t.id !== null && !t.finished; });
+      if (open.length && event.code !== 1000) {
+        // Reconnect: the server replays what was stored, offsets drop what we already have.
+        setTimeout(function () { if (conversation === conversationId) connect(conversationId); }, 1000);
+      }
+    });
+  }
+
+  // ---------------------------------------------------------------- asking
+
+  function ask(question) {
+    question = (question || "").trim();
+    if (!question) return;
+    lastQuestion = question;
+    busy(true);
+    showStatus(null, "");
+    var turn = newTurn(question);
+    setMeta(turn, "Sending…", true);
+    var body = { question: question };
+    if (conversation) body.conversation = conversation;
+    api("POST", root.getAttribute("data-ask-url"), body).then(function (data) {
+      turn.id = data.message;
+      turn.questionId = data.question;
+      turn.node.setAttribute("data-message", String(data.message));
+      turns[data.message] = turn;
+      if (conversation !== data.conversation) {
+        conversation = data.conversation;
+        history.replaceState(null, "", "?c=" + conversation);
+        connect(conversation, data.question - 1);
+      } else if (!socket) {
+        connect(conversation, data.question - 1);
+      }
+      loadHistory();
+    }).catch(function (error) {
+      turn.finished = true;
+      setMeta(turn, "", false);
+      errorView(turn, error.message);
+      busy(false);
+    });
+  }
+
+  // ---------------------------------------------------------------- history
+
+  function loadHistory() {
+    return api("GET", "/api/conversations").then(function (items) {
+      historyEl.textContent = "";
+      if (!items.length) {
+        historyEl.appendChild(el("li", "history-empty muted", "Your past questions will be listed here."));
+        return;
+      }
+      items.forEach(function (item) {
+        var li = el("li", item.id === conversation ? "history-item current" : "history-item");
+        var button = el("button", "history-link", item.title || "Conversation " + item.id);
+        button.type = "button";
+        if (item.id === conversation) button.setAttribute("aria-current", "true");
+        button.setAttribute("data-conversation", String(item.id));
+        button.addEventListener("click", function () { openConversation(item.id); });
+        li.appendChild(button);
+        li.appendChild(el("span", "history-when muted", new Date(item.updated_at).toLocaleString([], { dateStyle: "medium", timeStyle: "short" })));
+        historyEl.appendChild(li);
+      });
+    });
+  }
+
+  function openConversation(id) {
+    return api("GET", "/api/conversations/" + id).then(function (data) {
+      if (socket) { var old = socket; socket = null; old.close(1000); }
+      conversation = data.id;
+      history.replaceState(null, "", "?c=" + conversation);
+      answerEl.textContent = "";
+      turns = {};
+      turnList = [];
+      var lastId = 0;
+      var running = false;
+      var lastTurn = null;
+      data.messages.forEach(function (m) {
+        lastId = Math.max(lastId, m.id);
+        if (m.role === "user") {
+          lastTurn = newTurn(m.text);
+          lastTurn.questionId = m.id;
+          return;
+        }
+        var turn = turnFor(m.id);
+        lastTurn = turn;
+        turn.citations = m.citations || [];
+        if (m.status === "done") {
+          handle({ type: "done", message: m.id, text: m.text, backend: m.backend, notice: m.notice, withheld: m.withheld });
+        } else if (m.status === "refused") {
+          handle({ type: "refused", message: m.id, text: m.text });
+        } else if (m.status === "failed") {
+          handle({ type: "error", message: m.id, error: m.error });
+        } else {
+          running = true;
+        }
+      });
+      if (lastTurn) renderSources(lastTurn);
+      busy(false);
+      loadHistory();
+      // A running answer: the socket replays it from the start and streams the rest.
+      if (running) { answerEl.textContent = ""; turns = {}; turnList = []; connect(conversation); }
+    }).catch(function (error) { showStatus("error", "That conversation could not be opened: " + error.message); });
+  }
+
+  // ---------------------------------------------------------------- form
 
   function fit() {
     box.style.height = "auto";
     box.style.height = Math.min(box.scrollHeight + 2, 240) + "px";
   }
 
-  box.addEventListener("input", fit);
+  box.addEventListener("input", function () {
+    fit();
+    if (root.getAttribute("data-busy") !== "true") submit.disabled = !box.value.trim();
+  });
   box.addEventListener("keydown", function (event) {
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
@@ -21,6 +468,25 @@
     }
   });
   form.addEventListener("submit", function (event) {
-    if (root.getAttribute("data-state") !== "connected") event.preventDefault();
+    event.preventDefault();
+    if (root.getAttribute("data-state") !== "connected" || root.getAttribute("data-busy") === "true") return;
+    var question = box.value;
+    box.value = "";
+    fit();
+    ask(question);
+  });
+
+  var newLink = document.querySelector(".history-new");
+  if (newLink) newLink.setAttribute("href", location.pathname);
+
+  loadHistory().then(function () {
+    setState("connected");
+    showStatus(null, "");
+    submit.disabled = !box.value.trim();
+    var wanted = new URLSearchParams(location.search).get("c");
+    if (wanted && /^\d+$/.test(wanted)) openConversation(Number(wanted));
+  }).catch(function () {
+    setState("disconnected");
+    showStatus("error", "The assistant can't be reached right now. Reload the page to try again; the library still works.");
   });
 })();

@@ -1,0 +1,187 @@
+/* Review desk: recent answers beside the passages they cite, with a flag form per citation.
+ * All answer and document text goes in through textContent / createElement. */
+(function () {
+  "use strict";
+  var list = document.getElementById("review-list");
+  if (!list) return;
+  var flaggedOnly = list.getAttribute("data-filter") === "flagged";
+  var KINDS = [["wrong_source", "Wrong source"], ["unsupported", "Unsupported claim"], ["outdated", "Outdated"]];
+  var KIND_LABEL = {};
+  KINDS.forEach(function (k) { KIND_LABEL[k[0]] = k[1]; });
+
+  function el(tag, className, text) {
+    var node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  function csrf() {
+    var match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+    if (match) return decodeURIComponent(match[1]);
+    var input = document.querySelector("input[name=csrfmiddlewaretoken]");
+    return input ? input.value : "";
+  }
+
+  function safeLink(link) {
+    return typeof link === "string" && /^\/documents\/\d+\/(#[A-Za-z0-9=,&]*)?$/.test(link) ? link : null;
+  }
+
+  function when(iso) {
+    return new Date(iso).toLocaleString([], { dateStyle: "medium", timeStyle: "short" });
+  }
+
+  function flagItem(flag) {
+    var li = el("li", "flag");
+    li.appendChild(el("span", "flag-kind", KIND_LABEL[flag.kind] || flag.kind));
+    li.appendChild(document.createTextNode(
+      (flag.citation ? " on [" + flag.citation + "]" : " on the answer") + " by " + (flag.reviewer || "a former reviewer") + ", " + when(flag.created_at)));
+    if (flag.note) li.appendChild(el("span", "flag-note", flag.note));
+    return li;
+  }
+
+  function flagForm(answer, citation, flagsList, item) {
+    var id = "flag-" + answer.id + "-" + citation.number;
+    var form = el("form", "flag-form");
+    form.noValidate = true;
+    var kindLabel = el("label", "", "Flag [" + citation.number + "] as");
+    kindLabel.htmlFor = id + "-kind";
+    var select = el("select");
+    select.id = id + "-kind";
+    select.name = "kind";
+    KINDS.forEach(function (k) {
+      var option = el("option", "", k[1]);
+      option.value = k[0];
+      select.appendChild(option);
+    });
+    var noteLabel = el("label", "", "Note for [" + citation.number + "]");
+    noteLabel.htmlFor = id + "-note";
+    var note = el("textarea");
+    note.id = id + "-note";
+    note.name = "note";
+    note.maxLength = 4000;
+    note.placeholder = "What is wrong, and what the right source would be";
+    var button = el("button", "btn btn-small", "Flag citation");
+    button.type = "submit";
+    var result = el("p", "");
+    result.setAttribute("role", "status");
+    form.appendChild(kindLabel);
+    form.appendChild(select);
+    form.appendChild(noteLabel);
+    form.appendChild(note);
+    form.appendChild(button);
+    form.appendChild(result);
+    form.addEventListener("submit", function (event) {
+      event.preventDefault();
+      button.disabled = true;
+      result.className = "";
+      result.textContent = "Saving…";
+      fetch("/api/review/answers/" + answer.id + "/feedback", {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf() },
+        body: JSON.stringify({ kind: select.value, citation: citation.number, note: note.value }),
+      }).then(function (response) {
+        return response.json().catch(function () { return {}; }).then(function (data) {
+          if (!response.ok) throw new Error(typeof data.detail === "string" ? data.detail : "HTTP " + response.status);
+          return data;
+        });
+      }).then(function (flag) {
+        result.className = "flag-done";
+        result.textContent = "Flagged. It is listed under Flagged.";
+        note.value = "";
+        flagsList.appendChild(flagItem(flag));
+        var status = item.querySelector(".review-status");
+        if (status) { status.textContent = "Flagged"; status.classList.add("flagged"); }
+      }).catch(function (error) {
+        result.className = "flag-err";
+        result.textContent = "Could not save the flag: " + error.message;
+      }).then(function () { button.disabled = false; });
+    });
+    return form;
+  }
+
+  function answerItem(answer) {
+    var item = el("article", "review-item");
+    item.setAttribute("data-message", String(answer.id));
+    var head = el("header", "review-head");
+    var title = el("h2", "review-question", answer.question || "(no question)");
+    head.appendChild(title);
+    var meta = el("p", "review-meta muted");
+    var status = el("span", "review-status" + (answer.feedback.length ? " flagged" : ""),
+      answer.feedback.length ? "Flagged" : answer.status);
+    meta.appendChild(status);
+    meta.appendChild(document.createTextNode(" asked by " + answer.owner + " · " + when(answer.created_at) +
+      (answer.backend ? " · " + answer.backend : "")));
+    head.appendChild(meta);
+    item.appendChild(head);
+    item.appendChild(el("p", "review-answer", answer.text || answer.refusal_reason || answer.error || ""));
+
+    var answerFlags = answer.feedback.filter(function (f) { return !f.citation; });
+    if (answerFlags.length) {
+      var ul = el("ul", "flags");
+      answerFlags.forEach(function (f) { ul.appendChild(flagItem(f)); });
+      item.appendChild(ul);
+    }
+
+    var cites = el("div", "review-cites");
+    answer.citations.forEach(function (citation) {
+      var row = el("section", "review-cite");
+      row.setAttribute("data-citation", String(citation.number));
+      var left = el("div", "review-passage");
+      var h = el("h3", "review-cite-head", "[" + citation.number + "] ");
+      var href = safeLink(citation.link);
+      var link = el(href ? "a" : "span", "review-cite-link", citation.document_title);
+      if (href) link.href = href;
+      h.appendChild(link);
+      left.appendChild(h);
+      if (citation.label) left.appendChild(el("span", "review-cite-crumb", citation.label + (citation.page ? " · page " + citation.page : "")));
+      left.appendChild(el("blockquote", "review-quote", citation.quote));
+      var flags = el("ul", "flags");
+      answer.feedback.filter(function (f) { return f.citation === citation.number; }).forEach(function (f) {
+        flags.appendChild(flagItem(f));
+      });
+      left.appendChild(flags);
+      row.appendChild(left);
+      row.appendChild(flagForm(answer, citation, flags, item));
+      cites.appendChild(row);
+    });
+    if (answer.restricted_citations && answer.restricted_citations.length) {
+      cites.appendChild(el("p", "muted", "Citations " + answer.restricted_citations.map(function (n) { return "[" + n + "]"; }).join(" ") +
+        " point to documents you cannot read, so they are not shown here."));
+    } else if (!answer.citations.length) {
+      cites.appendChild(el("p", "muted", "This answer cites no sources."));
+    }
+    item.appendChild(cites);
+    return item;
+  }
+
+  function empty(title, text) {
+    var box = el("div", "empty-state");
+    box.appendChild(el("h2", "", title));
+    box.appendChild(el("p", "muted", text));
+    return box;
+  }
+
+  fetch("/api/review/answers?limit=50" + (flaggedOnly ? "&flagged=true" : ""), {
+    credentials: "same-origin", headers: { Accept: "application/json" },
+  }).then(function (response) {
+    if (!response.ok) throw new Error("HTTP " + response.status);
+    return response.json();
+  }).then(function (answers) {
+    list.textContent = "";
+    list.setAttribute("data-loaded", "true");
+    if (!answers.length) {
+      list.appendChild(flaggedOnly
+        ? empty("No flagged answers", "Citations you flag as wrong, unsupported or outdated are listed here with their notes.")
+        : empty("Nothing to review yet", "Answers appear here as people ask questions."));
+      return;
+    }
+    answers.forEach(function (answer) { list.appendChild(answerItem(answer)); });
+  }).catch(function (error) {
+    list.textContent = "";
+    var alert = el("div", "alert alert-error", "The answers could not be loaded (" + error.message + "). Reload the page to try again.");
+    alert.setAttribute("role", "alert");
+    list.appendChild(alert);
+  });
+})();

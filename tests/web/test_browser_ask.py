@@ -1,0 +1,252 @@
+"""The Ask page and the review desk in Chromium against a real Daphne.
+
+Answers asked from the page are produced by a real Celery worker (chat.tasks) and streamed over
+/ws/chat/<id>/; answers the test only needs to exist are produced in this process with the
+same service (chat.services.answer_produce)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import start_worker, stop_worker
+from tests.web.conftest import assert_clean, assert_fits_width, assert_labelled, make_document, screenshot
+from tests.web.test_browser import HOSTILE_MD, PHONE, first_mark_in_view, text_of_marks
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+SHIPMENTS = """# Shipments console
+
+## Exporting the list
+
+The Export button at the top right of the Shipments screen opens the Export dialog, which has two tabs, CSV and PDF.
+The CSV tab exports the rows that match the current filters; the PDF tab prints the same rows as a report.
+Exports larger than 50,000 rows are emailed to you as a link instead of downloading at once.
+
+## Filters
+
+The filter bar above the table has a Status dropdown, a Carrier field and a Date range picker.
+Saved filters appear in the Views menu on the left of the filter bar.
+"""
+
+VAULT = """# Vault rotation
+
+## Procedure
+
+The vault rotation code for the Oslo depot is ZX-4412-QUARTZ and it changes every ninety days.
+Only the on-call engineer may read it out over the phone, and never in a chat channel.
+"""
+
+EXPORT_QUESTION = "How do I export the Shipments list, and which formats does the Export dialog offer?"
+VAULT_QUESTION = "What is the vault rotation code for the Oslo depot?"
+HOSTILE_QUESTION = "Where is the release checklist for the release notes?"
+HOSTILE_DOC = HOSTILE_MD + (
+    "\nThe release checklist is kept at https://example.invalid/checklist and javascript:alert(1) is not a link.\n"
+)
+
+
+@pytest.fixture
+def paced_worker(monkeypatch: pytest.MonkeyPatch, transactional_db: None) -> Iterator[Any]:
+    """A real Celery worker whose answers come at a readable pace (see paced_backend.py)."""
+    monkeypatch.setenv("KB_ANSWER_BACKEND", "tests.web.paced_backend.PacedExtractive")
+    worker = start_worker("celery-web-ask")
+    try:
+        yield worker
+    finally:
+        stop_worker(worker)
+
+
+def answered(user: Any, question: str) -> Any:
+    """An answer produced here, as the worker would, for tests that only need one to exist."""
+    from chat.models import Message
+    from chat.services import answer_produce, question_ask
+
+    asked = question_ask(user=user, question=question, enqueue=False)
+    answer_produce(message_id=asked.answer.pk, job_id=str(asked.answer.job_id))
+    return Message.objects.get(pk=asked.answer.pk)
+
+
+def ask_in_page(page: Any, question: str) -> None:
+    page.wait_for_selector("#ask[data-state=connected]")
+    page.get_by_label("Your question").fill(question)
+    page.click("#ask-submit")
+
+
+# --------------------------------------------------------------------------- (a) streaming, citations, viewer
+
+
+def test_alice_sees_the_answer_stream_and_opens_the_cited_passage(
+    open_page: Any, people: dict[str, Any], paced_worker: Any
+) -> None:
+    from chat.models import Citation
+
+    document = make_document(SHIPMENTS, "shipments.md", public=False, groups=[people["groups"]["engineering"]])
+    page = open_page(people["alice"])
+    page.goto("/")
+    ask_in_page(page, EXPORT_QUESTION)
+
+    # Two observations of the growing text, both before `done`.
+    page.wait_for_function("() => Number(document.getElementById('answer').dataset.length || 0) > 0", timeout=30_000)
+    first = page.evaluate("() => ({n: Number(document.getElementById('answer').dataset.length), done: window.__kbAsk.events.includes('done')})")
+    page.wait_for_function("n => Number(document.getElementById('answer').dataset.length) > n", arg=first["n"])
+    second = page.evaluate("() => ({n: Number(document.getElementById('answer').dataset.length), done: window.__kbAsk.events.includes('done')})")
+    assert not first["done"] and not second["done"], (first, second)
+    assert second["n"] > first["n"]
+    screenshot(page, "ask-streaming")
+
+    page.wait_for_function("() => window.__kbAsk.events.includes('done')", timeout=30_000)
+    trace = page.evaluate("window.__kbAsk")
+    assert trace["tokensBeforeDone"] >= 3, trace
+    assert trace["events"].index("done") > max(i for i, e in enumerate(trace["events"]) if e == "token")
+
+    chips = page.locator("#answer .cite-chip")
+    assert chips.count() >= 1
+    citation = Citation.objects.filter(message__conversation__owner=people["alice"], number=1).get()
+    assert citation.document_id == document.pk
+    assert page.locator("#sources .source-item").count() >= 1
+    assert page.locator(".backend-badge").inner_text() == "Quoted from sources"
+
+    # Hover preview: the quoted passage and its breadcrumb, as text.
+    chips.first.hover()
+    preview = page.locator("#answer .cite-preview").first
+    assert preview.is_visible()
+    assert citation.quote.split("\n")[-1].strip()[:40] in preview.inner_text()
+    assert citation.label in preview.inner_text()
+    assert_labelled(page)
+    screenshot(page, "ask-answer")
+
+    # History: the conversation is listed; reloading it shows the same answer.
+    assert page.locator("#history .history-link").count() == 1
+
+    chips.first.click()
+    page.wait_for_url(f"**/documents/{document.pk}/#char={citation.start},{citation.end}*")
+    page.wait_for_selector("#doc-text mark.hl")
+    assert text_of_marks(page) == citation.quote == document.canonical_text[citation.start : citation.end]
+    page.wait_for_timeout(400)  # smooth scrolling
+    assert first_mark_in_view(page)
+    screenshot(page, "ask-citation-viewer")
+    assert_clean(page)
+
+
+# --------------------------------------------------------------------------- (e) restricted documents
+
+
+def test_carol_never_gets_a_restricted_document_cited(open_page: Any, people: dict[str, Any], paced_worker: Any) -> None:
+    from chat.models import Citation
+
+    vault = make_document(VAULT, "vault.md", public=False, groups=[people["groups"]["engineering"]])
+    make_document(SHIPMENTS, "shipments.md")
+    page = open_page(people["carol"])
+    page.goto("/")
+    ask_in_page(page, VAULT_QUESTION)
+    page.wait_for_function(
+        "() => ['done', 'refused', 'error'].some(e => window.__kbAsk.events.includes(e))", timeout=30_000
+    )
+    text = page.locator("#answer").inner_text()
+    assert "ZX-4412" not in text
+    assert page.locator(f"#answer a[href^='/documents/{vault.pk}/'], #sources a[href^='/documents/{vault.pk}/']").count() == 0
+    assert not Citation.objects.filter(document=vault).exists()
+    if "refused" in page.evaluate("window.__kbAsk.events"):
+        assert "No answer in the documents you can read" in text
+    screenshot(page, "ask-refused-carol")
+
+
+# --------------------------------------------------------------------------- (c) hostile text stays inert
+
+
+def test_a_hostile_document_is_inert_in_answers_and_previews(open_page: Any, people: dict[str, Any]) -> None:
+    make_document(HOSTILE_DOC, "release-notes.md")
+    answer = answered(people["carol"], HOSTILE_QUESTION)
+    assert answer.status == "done", (answer.status, answer.refusal_reason, answer.error)
+
+    page = open_page(people["carol"])
+    page.goto(f"/?c={answer.conversation_id}")
+    page.wait_for_selector("#answer .turn-answer p")
+    found = page.evaluate(
+        """() => {
+          const root = document.querySelector('.ask-main');
+          return {
+            elements: root.querySelectorAll('script, iframe, svg:not([aria-hidden]), object, embed, img').length,
+            handlers: Array.from(root.querySelectorAll('*')).filter(e => Array.from(e.attributes).some(a => a.name.startsWith('on'))).length,
+            links: Array.from(root.querySelectorAll('#answer a, #sources a')).map(a => a.getAttribute('href')).filter(h => !/^\\/documents\\/\\d+\\/#char=/.test(h)),
+          };
+        }"""
+    )
+    assert found == {"elements": 0, "handlers": 0, "links": []}
+    assert "example.invalid" in page.locator("#answer").inner_text()  # the URL is shown, as text
+    for chip in page.locator("#answer .cite-chip").all():
+        chip.hover()
+        preview = page.locator("#" + chip.get_attribute("aria-describedby"))
+        assert preview.is_visible()
+        assert "<script>window.__pwned" in preview.inner_text()  # the quote, shown as text
+        chip.focus()
+        assert preview.is_visible()
+        chip.blur()
+    for text in page.locator("#answer").get_by_text("javascript", exact=False).all():
+        if text.is_visible():
+            text.click(position={"x": 2, "y": 2})
+    page.wait_for_timeout(300)
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    assert page.evaluate("window.__kb.csp") == []
+    screenshot(page, "ask-hostile")
+
+
+# --------------------------------------------------------------------------- (d) phone width
+
+
+def test_the_ask_page_with_an_answer_at_phone_width(open_page: Any, people: dict[str, Any]) -> None:
+    make_document(SHIPMENTS, "shipments.md")
+    answer = answered(people["alice"], EXPORT_QUESTION)
+    assert answer.status == "done"
+    page = open_page(people["alice"], **PHONE)
+    page.goto(f"/?c={answer.conversation_id}")
+    page.wait_for_selector("#answer .cite-chip")
+    page.wait_for_selector("#history .history-link")
+    assert page.get_by_label("Your question").is_visible()
+    assert_labelled(page)
+    assert_fits_width(page)
+    assert_clean(page)
+    screenshot(page, "ask-answer-390", full_page=True)
+
+
+# --------------------------------------------------------------------------- (b) the review desk
+
+
+def test_sam_flags_a_citation_and_finds_it_under_flagged(open_page: Any, people: dict[str, Any]) -> None:
+    from chat.models import Feedback
+
+    make_document(SHIPMENTS, "shipments.md")
+    answer = answered(people["alice"], EXPORT_QUESTION)
+    citation = answer.citations.get(number=1)
+
+    alice = open_page(people["alice"])
+    response = alice.goto("/review/")
+    assert response is not None and response.status == 404
+
+    page = open_page(people["sam"])
+    page.goto("/review/")
+    item = page.locator(f".review-item[data-message='{answer.pk}']")
+    item.wait_for()
+    row = item.locator(".review-cite[data-citation='1']")
+    assert citation.quote.strip()[:40] in row.locator(".review-quote").inner_text()
+    assert row.locator("a.review-cite-link").get_attribute("href") == citation.link
+    assert_labelled(page)
+    screenshot(page, "review-recent")
+
+    row.get_by_label("Flag [1] as").select_option("unsupported")
+    row.get_by_label("Note for [1]").fill("The dialog has no PDF tab any more since the 4.2 release.")
+    row.get_by_role("button", name="Flag citation").click()
+    row.locator(".flag-done").wait_for()
+    flag = Feedback.objects.get()
+    assert (flag.kind, flag.citation_id, flag.reviewer_id) == ("unsupported", citation.pk, people["sam"].pk)
+
+    page.goto("/review/?filter=flagged")
+    page.wait_for_selector("#review-list[data-loaded=true]")
+    assert page.locator(".review-item").count() == 1
+    flagged = page.locator(f".review-item[data-message='{answer.pk}'] .review-cite[data-citation='1'] .flag")
+    assert "Unsupported claim" in flagged.inner_text()
+    assert "no PDF tab any more" in flagged.inner_text()
+    assert_clean(page)
+    screenshot(page, "review-flagged")
