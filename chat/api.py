@@ -70,6 +70,7 @@ class MessageOut(Schema):
     timings: TimingsOut
     citations: list[CitationOut]
     restricted_citations: list[int]
+    rating: int
     created_at: datetime
 
 
@@ -128,7 +129,8 @@ def _message(view: MessageView) -> dict[str, Any]:
         "id": m.pk, "role": m.role, "status": m.status, "text": view.text, "html": view.html,
         "withheld": view.withheld, "intent": m.intent, "refusal_reason": m.refusal_reason, "error": m.error,
         "backend": m.backend, "model": m.model, "notice": m.notice, "timings": view.timings,
-        "citations": view.citations, "restricted_citations": view.restricted, "created_at": m.created_at,
+        "citations": view.citations, "restricted_citations": view.restricted, "rating": m.rating,
+        "created_at": m.created_at,
     }
 
 
@@ -182,6 +184,22 @@ def conversation(request: HttpRequest, conversation_id: int) -> dict[str, Any]:
     views = selectors.message_views(selectors.conversation_messages(found), viewer=request.user)
     return {"id": found.pk, "title": found.title, "created_at": found.created_at, "updated_at": found.updated_at,
             "stream": stream_path(found.pk), "messages": [_message(v) for v in views]}
+
+
+class RatingIn(Schema):
+    rating: int
+
+
+@router.post("/messages/{message_id}/rating", response=RatingIn)
+def rate(request: HttpRequest, message_id: int, payload: RatingIn) -> dict[str, Any]:
+    """Thumbs up (1) or down (-1) on one of your own answers; 0 takes it back."""
+    try:
+        message = services.message_rate(user=request.user, message_id=message_id, rating=payload.rating)
+    except services.NotFound as exc:
+        raise HttpError(404, str(exc)) from None
+    except services.ChatError as exc:
+        raise HttpError(422, str(exc)) from None
+    return {"rating": message.rating}
 
 
 @router.get("/review/answers", response=list[ReviewAnswerOut], tags=["review"])

@@ -63,6 +63,8 @@ class Message(models.Model):
     # A queued job names the row it may claim by this too: a stale queue entry (a test
     # database recreated, a restored backup) never answers somebody else's question.
     job_id = models.UUIDField(default=uuid.uuid4, editable=False)
+    # The asker's own verdict on an answer (thumbs up 1, down -1, none 0); reviewers' flags are Feedback.
+    rating = models.SmallIntegerField(default=0, choices=[(1, "helpful"), (0, "not rated"), (-1, "not helpful")])
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -201,3 +201,17 @@ def feedback_add(*, reviewer: Any, message: Message, kind: str, citation_number:
         if citation is None:
             raise ChatError(f"answer {message.pk} has no citation [{citation_number}]")
     return Feedback.objects.create(message=message, citation=citation, reviewer=reviewer, kind=kind, note=note.strip())
+
+
+def message_rate(*, user: Any, message_id: int, rating: int) -> Message:
+    """The asker rates one of their finished answers: 1, -1, or 0 to take the rating back."""
+    if rating not in (-1, 0, 1):
+        raise ChatError("rating must be 1 (helpful), -1 (not helpful) or 0 (none)")
+    message = Message.objects.filter(
+        pk=message_id, role=Message.Role.ASSISTANT, conversation__owner=user, status__in=Message.FINISHED
+    ).first()
+    if message is None:
+        raise NotFound("no such answer")
+    Message.objects.filter(pk=message.pk).update(rating=rating)
+    message.rating = rating
+    return message

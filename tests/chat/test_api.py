@@ -163,3 +163,21 @@ def test_the_admin_lists_and_shows_answers(corpus: dict[str, Document], people: 
         response = client.get(url)
         assert response.status_code == 200, url
     assert answer.citations.get().quote[:40] in client.get(f"/admin/chat/message/{answer.pk}/change/").content.decode()
+
+
+def test_the_asker_rates_their_own_answer_and_nobody_else_can(
+    corpus: dict[str, Document], people: dict[str, Any], client: Client
+) -> None:
+    answer = answered(people["carol"], EXPORT_QUESTION)
+    url = f"/api/messages/{answer.pk}/rating"
+    client.force_login(people["bob"])
+    assert client.post(url, {"rating": 1}, content_type="application/json").status_code == 404
+    client.force_login(people["carol"])
+    assert client.post(url, {"rating": 2}, content_type="application/json").status_code == 422
+    response = client.post(url, {"rating": -1}, content_type="application/json")
+    assert response.status_code == 200 and response.json() == {"rating": -1}
+    assert Message.objects.get(pk=answer.pk).rating == -1
+    body = client.get(f"/api/conversations/{answer.conversation_id}").json()
+    assert body["messages"][1]["rating"] == -1
+    assert client.post(f"/api/messages/{answer.question_id}/rating", {"rating": 1},
+                       content_type="application/json").status_code == 404  # a question is not an answer

@@ -210,6 +210,14 @@ def test_the_ask_page_with_an_answer_at_phone_width(open_page: Any, people: dict
     assert_clean(page)
     screenshot(page, "ask-answer-390", full_page=True)
 
+    # Thumbs down on the answer, stored for the asker; pressing it again takes it back.
+    page.get_by_role("button", name="Not helpful").click()
+    page.wait_for_selector('.turn-rating button[aria-label="Not helpful"][aria-pressed="true"]')
+    assert type(answer).objects.get(pk=answer.pk).rating == -1
+    page.get_by_role("button", name="Not helpful").click()
+    page.wait_for_selector('.turn-rating button[aria-label="Not helpful"][aria-pressed="false"]')
+    assert type(answer).objects.get(pk=answer.pk).rating == 0
+
 
 # --------------------------------------------------------------------------- (b) the review desk
 

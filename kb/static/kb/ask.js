@@ -292,6 +292,7 @@
           renderFinal(turn);
         }
         renderSources(turn);
+        ratingView(turn, event.rating || 0);
         finish();
         return;
       case "refused":
@@ -301,6 +302,7 @@
         setMeta(turn, "", false);
         refusedView(turn, event.text);
         renderSources(turn);
+        ratingView(turn, event.rating || 0);
         finish();
         return;
       case "error":
@@ -315,6 +317,30 @@
         finish();
         return;
     }
+  }
+
+  // The asker's thumbs up/down on a finished answer; pressing the same one again takes it back.
+  function ratingView(turn, current) {
+    if (turn.ratingNode) turn.ratingNode.remove();
+    var group = el("div", "turn-rating");
+    group.setAttribute("role", "group");
+    group.setAttribute("aria-label", "Rate this answer");
+    group.appendChild(el("span", "muted", "Was this helpful?"));
+    [[1, "Yes", "Helpful"], [-1, "No", "Not helpful"]].forEach(function (choice) {
+      var button = el("button", "rate", choice[1]);
+      button.type = "button";
+      button.setAttribute("aria-label", choice[2]);
+      button.setAttribute("aria-pressed", current === choice[0] ? "true" : "false");
+      button.addEventListener("click", function () {
+        var next = current === choice[0] ? 0 : choice[0];
+        api("POST", "/api/messages/" + turn.id + "/rating", { rating: next }).then(function (data) {
+          ratingView(turn, data.rating);
+        }).catch(function (error) { showStatus("error", "Your rating was not saved: " + error.message); });
+      });
+      group.appendChild(button);
+    });
+    turn.node.appendChild(group);
+    turn.ratingNode = group;
   }
 
   function finish() {
@@ -433,9 +459,9 @@
         lastTurn = turn;
         turn.citations = m.citations || [];
         if (m.status === "done") {
-          handle({ type: "done", message: m.id, text: m.text, backend: m.backend, notice: m.notice, withheld: m.withheld });
+          handle({ type: "done", message: m.id, text: m.text, backend: m.backend, notice: m.notice, withheld: m.withheld, rating: m.rating });
         } else if (m.status === "refused") {
-          handle({ type: "refused", message: m.id, text: m.text });
+          handle({ type: "refused", message: m.id, text: m.text, rating: m.rating });
         } else if (m.status === "failed") {
           handle({ type: "error", message: m.id, error: m.error });
         } else {
