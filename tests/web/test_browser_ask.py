@@ -12,35 +12,12 @@ from typing import Any
 import pytest
 
 from tests.conftest import start_worker, stop_worker
+from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS, VAULT, VAULT_QUESTION
 from tests.web.conftest import assert_clean, assert_fits_width, assert_labelled, make_document, screenshot
 from tests.web.test_browser import HOSTILE_MD, PHONE, first_mark_in_view, text_of_marks
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-SHIPMENTS = """# Shipments console
-
-## Exporting the list
-
-The Export button at the top right of the Shipments screen opens the Export dialog, which has two tabs, CSV and PDF.
-The CSV tab exports the rows that match the current filters; the PDF tab prints the same rows as a report.
-Exports larger than 50,000 rows are emailed to you as a link instead of downloading at once.
-
-## Filters
-
-The filter bar above the table has a Status dropdown, a Carrier field and a Date range picker.
-Saved filters appear in the Views menu on the left of the filter bar.
-"""
-
-VAULT = """# Vault rotation
-
-## Procedure
-
-The vault rotation code for the Oslo depot is ZX-4412-QUARTZ and it changes every ninety days.
-Only the on-call engineer may read it out over the phone, and never in a chat channel.
-"""
-
-EXPORT_QUESTION = "How do I export the Shipments list, and which formats does the Export dialog offer?"
-VAULT_QUESTION = "What is the vault rotation code for the Oslo depot?"
 HOSTILE_QUESTION = "Where is the release checklist for the release notes?"
 HOSTILE_DOC = HOSTILE_MD + (
     "\nThe release checklist is kept at https://example.invalid/checklist and javascript:alert(1) is not a link.\n"
