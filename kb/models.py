@@ -73,6 +73,9 @@ class Document(models.Model):
     pipeline_version = models.PositiveIntegerField(null=True, blank=True)
     embedding_model = models.CharField(max_length=200, blank=True)
     embedding_dimensions = models.PositiveIntegerField(null=True, blank=True)
+    # While embedding: chunks embedded so far out of the total, for live progress in the library.
+    progress_done = models.PositiveIntegerField(default=0)
+    progress_total = models.PositiveIntegerField(default=0)
     chunk_count = models.PositiveIntegerField(default=0)
     token_total = models.PositiveIntegerField(default=0)
     token_max = models.PositiveIntegerField(default=0)

@@ -107,7 +107,8 @@ def library_folders(*, user: Any) -> list[dict[str, Any]]:
 def document_status_rows(*, user: Any, ids: list[int]) -> list[dict[str, Any]]:
     """The pipeline state of the given documents that `user` may follow (the others are skipped silently)."""
     rows = documents_followable(user).filter(pk__in=ids).values(
-        "pk", "title", "status", "failed_stage", "failure_reason", "chunk_count", "updated_at"
+        "pk", "title", "status", "failed_stage", "failure_reason", "chunk_count", "progress_done", "progress_total",
+        "updated_at",
     )
     return [document_status_payload(row) for row in rows]
 
@@ -121,5 +122,7 @@ def document_status_payload(row: dict[str, Any]) -> dict[str, Any]:
         "stage": row["failed_stage"],
         "reason": row["failure_reason"],
         "chunks": row["chunk_count"],
+        "embedded": row.get("progress_done", 0),
+        "to_embed": row.get("progress_total", 0),
         "updated": row["updated_at"].isoformat() if row.get("updated_at") else "",
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+import numpy as np
 from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
@@ -21,6 +22,7 @@ from kb.models import Document, filename_title
 log = logging.getLogger(__name__)
 
 RUNNING = (Document.Status.EXTRACTING, Document.Status.CHUNKING, Document.Status.EMBEDDING)
+PROGRESS_EVERY = 128  # chunks per progress report while embedding (about 2 s of work here)
 
 
 class StageFailed(Exception):
@@ -77,8 +79,9 @@ def ingest(document_id: int) -> str:
         audiences = [classify.classify_chunk(text=draft.text, default=default) for draft in drafts]
 
         stage = Document.Status.EMBEDDING
+        Document.objects.filter(pk=document_id).update(progress_done=0, progress_total=len(drafts))
         _enter(document_id, stage)
-        vectors = embedding.embed([draft.text for draft in drafts])
+        vectors = _embed_with_progress(document_id, [draft.text for draft in drafts])
 
         indexing.replace_chunks(
             document=document, title=title, extracted=extracted, drafts=drafts, audiences=audiences, vectors=vectors
@@ -93,6 +96,18 @@ def ingest(document_id: int) -> str:
         log.exception("ingesting document %s failed in %s", document_id, stage)
         _fail(document_id, stage, f"internal error: {type(exc).__name__}: {exc}")
     return Document.Status.FAILED
+
+
+def _embed_with_progress(document_id: int, texts: list[str]) -> np.ndarray:
+    """Embed in slices, reporting `progress_done` after each so the library can show n/m."""
+    parts = []
+    for start in range(0, len(texts), PROGRESS_EVERY):
+        parts.append(embedding.embed(texts[start : start + PROGRESS_EVERY]))
+        Document.objects.filter(pk=document_id).update(
+            progress_done=min(start + PROGRESS_EVERY, len(texts)), updated_at=timezone.now()
+        )
+        publish_document_status(document_id)
+    return np.concatenate(parts)
 
 
 def _fail(document_id: int, stage: str, reason: str) -> None:

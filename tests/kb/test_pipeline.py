@@ -268,3 +268,25 @@ def test_reindex_stale_needs_post_and_staff(db: None, people: dict[str, Any], cl
     assert client.post("/admin/kb/document/reindex-stale/").status_code == 302  # to the admin login
     client.force_login(people["admin"])
     assert client.get("/admin/kb/document/reindex-stale/").status_code == 403
+
+
+def test_embedding_reports_progress_as_it_goes(db: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kb.ingest import pipeline
+
+    seen: list[tuple[str, int, int]] = []
+
+    def record(document_id: int) -> None:  # what an open library page would be told, read from the DB
+        row = Document.objects.values_list("status", "progress_done", "progress_total").get(pk=document_id)
+        seen.append(row)
+
+    monkeypatch.setattr(pipeline, "PROGRESS_EVERY", 1)
+    monkeypatch.setattr(pipeline, "publish_document_status", record)
+    document = upload(GUIDE)
+    assert ingest(document.pk) == Document.Status.READY
+    document.refresh_from_db()
+    total = document.chunk_count
+    embedding = [(done, of) for status, done, of in seen if status == Document.Status.EMBEDDING]
+    assert embedding[0] == (0, total) and embedding[-1] == (total, total)
+    assert [done for done, _ in embedding] == sorted(done for done, _ in embedding)
+    assert len({done for done, _ in embedding}) == total + 1  # 0, 1, ..., total
+    assert seen[-1][0] == Document.Status.READY

@@ -263,6 +263,7 @@
 
   function show(doc) {
     var label = LABELS[doc.status] || doc.status;
+    if (doc.status === "embedding" && doc.to_embed) label += " (" + doc.embedded + " of " + doc.to_embed + " chunks)";
     var step = STEPS.indexOf(doc.status);
     var failedText = doc.status === "failed"
       ? "Failed while " + (doc.stage || "processing") + ": " + (doc.reason || "no reason was recorded")
