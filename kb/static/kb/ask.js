@@ -29,19 +29,7 @@
 
   // ---------------------------------------------------------------- helpers
 
-  function el(tag, className, text) {
-    var node = document.createElement(tag);
-    if (className) node.className = className;
-    if (text !== undefined && text !== null) node.textContent = String(text);
-    return node;
-  }
-
-  function csrf() {
-    var match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
-    if (match) return decodeURIComponent(match[1]);
-    var input = form.querySelector("input[name=csrfmiddlewaretoken]");
-    return input ? input.value : "";
-  }
+  var el = window.KB.el, csrf = window.KB.csrf, safeLink = window.KB.safeLink;
 
   function api(method, url, body) {
     var options = { method: method, credentials: "same-origin", headers: { Accept: "application/json" } };
@@ -60,11 +48,6 @@
         return data;
       });
     });
-  }
-
-  // Only the viewer's own locators become links; anything else the server sent stays text.
-  function safeLink(link) {
-    return typeof link === "string" && /^\/documents\/\d+\/(#[A-Za-z0-9=,&]*)?$/.test(link) ? link : null;
   }
 
   function setState(state) { root.setAttribute("data-state", state); }

@@ -9,23 +9,7 @@
   var KIND_LABEL = {};
   KINDS.forEach(function (k) { KIND_LABEL[k[0]] = k[1]; });
 
-  function el(tag, className, text) {
-    var node = document.createElement(tag);
-    if (className) node.className = className;
-    if (text !== undefined && text !== null) node.textContent = String(text);
-    return node;
-  }
-
-  function csrf() {
-    var match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
-    if (match) return decodeURIComponent(match[1]);
-    var input = document.querySelector("input[name=csrfmiddlewaretoken]");
-    return input ? input.value : "";
-  }
-
-  function safeLink(link) {
-    return typeof link === "string" && /^\/documents\/\d+\/(#[A-Za-z0-9=,&]*)?$/.test(link) ? link : null;
-  }
+  var el = window.KB.el, csrf = window.KB.csrf, safeLink = window.KB.safeLink;
 
   function when(iso) {
     return new Date(iso).toLocaleString([], { dateStyle: "medium", timeStyle: "short" });
