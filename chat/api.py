@@ -15,6 +15,7 @@ from ninja.errors import HttpError
 from pydantic import Field
 
 from chat import selectors, services
+from chat.events import CitationPayload
 from chat.models import Feedback, Message
 from chat.selectors import MessageView
 
@@ -31,21 +32,6 @@ class AskOut(Schema):
     question: int
     message: int
     stream: str
-
-
-class CitationOut(Schema):
-    number: int
-    chunk_id: int | None
-    document_id: int
-    document_title: str
-    label: str
-    link: str
-    quote: str
-    start: int
-    end: int
-    page: int | None
-    parts: int
-    distance: float
 
 
 class TimingsOut(Schema):
@@ -68,7 +54,7 @@ class MessageOut(Schema):
     model: str
     notice: str
     timings: TimingsOut
-    citations: list[CitationOut]
+    citations: list[CitationPayload]
     restricted_citations: list[int]
     rating: int
     created_at: datetime

@@ -16,7 +16,10 @@ import logging
 import os
 import threading
 from collections.abc import Coroutine
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired
+
+# pydantic (the API's schemas) reads typing_extensions' TypedDict on Python 3.11, not typing's.
+from typing_extensions import TypedDict
 
 from channels.layers import get_channel_layer
 
