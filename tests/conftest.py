@@ -86,18 +86,19 @@ def start_worker(name: str = "celery-worker") -> subprocess.Popen[str]:
             pytest.fail(f"celery worker exited early: {log.read_text()[-2000:]}")
         if app.control.ping(destination=[hostname], timeout=0.5):
             return worker
-    stop_worker(worker)
+    stop_process(worker)
     pytest.fail("celery worker did not answer a ping within 90s")
 
 
-def stop_worker(worker: subprocess.Popen[str]) -> None:
-    if worker.poll() is None:
-        worker.terminate()
+def stop_process(process: subprocess.Popen[Any], timeout: float = 30) -> None:
+    """SIGTERM a child the tests started, SIGKILL it if it does not go in time."""
+    if process.poll() is None:
+        process.terminate()
         try:
-            worker.wait(30)
+            process.wait(timeout)
         except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+            process.kill()
+            process.wait()
 
 
 @pytest.fixture
@@ -106,4 +107,4 @@ def celery_worker(transactional_db: None) -> Iterator[subprocess.Popen[str]]:
     try:
         yield worker
     finally:
-        stop_worker(worker)
+        stop_process(worker)

@@ -29,7 +29,7 @@ from chat.services import question_ask
 from kb.models import Document
 from tests.chat.conftest import EXPORT_QUESTION
 from tests.chat.openai_stub import StubOpenAI
-from tests.conftest import OUTPUT, ROOT, service_env
+from tests.conftest import OUTPUT, ROOT, service_env, stop_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -52,12 +52,7 @@ def child(name: str, argv: list[str], env: dict[str, str]) -> Iterator[subproces
     try:
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, 20)
 
 
 def wait_until(ready: Any, what: str, processes: list[subprocess.Popen[str]], timeout: float = 90) -> None:

@@ -13,7 +13,7 @@ from django.db import transaction
 
 from kb.models import Chunk, Document
 from kb.services import document_queue_ingest, document_upload
-from tests.conftest import start_worker, stop_worker
+from tests.conftest import start_worker, stop_process
 
 SECTION = (
     "## Procedure {n}\n\nStep {n} of the depot procedure moves pallets from bay {n} to the outbound dock. "
@@ -46,7 +46,7 @@ def test_sigkill_during_embedding_then_retry_gives_exactly_one_set_of_chunks() -
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(10)
     finally:
-        stop_worker(worker)
+        stop_process(worker)
 
     time.sleep(0.5)
     assert status() == Document.Status.EMBEDDING  # stuck where it died...
@@ -58,7 +58,7 @@ def test_sigkill_during_embedding_then_retry_gives_exactly_one_set_of_chunks() -
             assert document_queue_ingest(documents=Document.objects.filter(pk=document.pk)) == 1
         wait_for(lambda: status() in (Document.Status.READY, Document.Status.FAILED), 240, "the retry")
     finally:
-        stop_worker(replacement)
+        stop_process(replacement)
     document.refresh_from_db()
     assert document.status == Document.Status.READY
     ordinals = list(Chunk.objects.filter(document=document).values_list("ordinal", flat=True))

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import OUTPUT, ROOT, service_env
+from tests.conftest import OUTPUT, ROOT, service_env, stop_process
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -113,12 +113,7 @@ def web_server(django_db_setup: None) -> Iterator[str]:
         _wait_until_serving(base, process, log)
         yield base
     finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, 20)
 
 
 # --------------------------------------------------------------------------- browser
