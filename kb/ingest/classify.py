@@ -61,6 +61,10 @@ _SCREEN_QUESTION = _lexicon(
     }
 )
 
+# Things a question points at on screen in data-heavy apps. Query-side only: in a chunk
+# "rows" and "cells" are as often about data as about the interface.
+_UI_QUERY_NOUNS = _lexicon({r"(?:data )?grid|rows?|cells?|table|sidebar|toolbar": 1.0})
+
 # Shapes of questions about meaning, behaviour or reasons.
 _CONCEPT_QUESTION = _lexicon(
     {
@@ -102,7 +106,7 @@ def classify_chunk(*, text: str, default: str | None = None) -> str:
 
 def classify_query(query: str) -> tuple[str, float]:
     """(SCREEN or CONCEPT, confidence in 0..1). Unsure means CONCEPT with a low confidence."""
-    screen = _score(query, _SCREEN_QUESTION) + min(_score(query, _UI_WORDS), 4.0)
+    screen = _score(query, _SCREEN_QUESTION) + min(_score(query, _UI_WORDS) + _score(query, _UI_QUERY_NOUNS), 4.0)
     concept = _score(query, _CONCEPT_QUESTION)
     margin = screen - concept
     if margin >= _SCREEN_THRESHOLD:
