@@ -9,10 +9,10 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from pydantic import BaseModel, Field, ValidationError
 
+from accounts.websocket import accept_user
 from chat.events import ChatEventMessage, group_name
 
 # Close codes in the application range (4000-4999), mirroring HTTP's meaning.
-CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403  # not your conversation, or no such conversation: the same answer for both
 
 
@@ -20,12 +20,9 @@ class HelloConsumer(AsyncJsonWebsocketConsumer):
     """Greets a logged-in user: proves the session reaches the websocket side."""
 
     async def connect(self) -> None:
-        user: Any = self.scope.get("user")
-        await self.accept()  # closing before accepting would only give the client a bare HTTP 403
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
-        await self.send_json({"type": "hello", "user": user.get_username()})
+        user = await accept_user(self)
+        if user is not None:
+            await self.send_json({"type": "hello", "user": user.get_username()})
 
 
 class AskIn(BaseModel):
@@ -55,10 +52,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         from chat.selectors import conversation_for_user
 
-        user: Any = self.scope.get("user")
-        await self.accept()  # closing before accepting would only give the client a bare HTTP 403
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+        user = await accept_user(self)
+        if user is None:
             return
         pk = self.scope["url_route"]["kwargs"]["pk"]
         conversation = await database_sync_to_async(conversation_for_user)(user, pk)

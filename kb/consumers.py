@@ -24,6 +24,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import get_channel_layer
 
+from accounts.websocket import accept_user
 from kb.selectors import TERMINAL_STATUSES, document_status_rows
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,6 @@ log = logging.getLogger(__name__)
 GROUP = "kb.documents"
 POLL_SECONDS = 1.0
 MAX_WATCHED = 1000
-CLOSE_UNAUTHENTICATED = 4401
 
 
 class DocumentStatusEvent(TypedDict):
@@ -54,13 +54,11 @@ def publish_document_status(document_id: int) -> None:
 
 class DocumentStatusConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
-        self.user: Any = self.scope.get("user")
         self.watched: set[int] = set()
         self.sent: dict[int, tuple[str, str]] = {}
         self.poller: asyncio.Task[None] | None = None
-        await self.accept()  # closing before accepting would only give the client a bare HTTP 403
-        if self.user is None or not self.user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+        self.user: Any = await accept_user(self)
+        if self.user is None:
             return
         await self.channel_layer.group_add(GROUP, self.channel_name)
         self.poller = asyncio.create_task(self._poll())

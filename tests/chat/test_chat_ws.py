@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 
-from chat.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
+from accounts.websocket import CLOSE_UNAUTHENTICATED
+from chat.consumers import CLOSE_FORBIDDEN
 from chat.models import Message
 from chat.services import question_ask
 from kb.models import Document

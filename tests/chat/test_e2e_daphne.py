@@ -24,7 +24,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from accounts.tokens import token_create
-from chat.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
+from accounts.websocket import CLOSE_UNAUTHENTICATED
+from chat.consumers import CLOSE_FORBIDDEN
 from chat.services import question_ask
 from kb.models import Document
 from tests.chat.conftest import EXPORT_QUESTION

@@ -7,7 +7,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
-from chat.consumers import CLOSE_UNAUTHENTICATED
+from accounts.websocket import CLOSE_UNAUTHENTICATED
 from kb.asgi import application
 
 

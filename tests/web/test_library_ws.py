@@ -12,7 +12,8 @@ from django.test import Client
 from django.utils import timezone
 
 from kb.asgi import application
-from kb.consumers import CLOSE_UNAUTHENTICATED, publish_document_status
+from accounts.websocket import CLOSE_UNAUTHENTICATED
+from kb.consumers import publish_document_status
 from kb.models import Document
 
 
