@@ -125,9 +125,11 @@ def test_an_admin_uploads_three_files_and_retries_the_broken_one(
     assert all(d.acl == ["everyone"] and d.chunk_count > 0 for d in ready)
     statuses = page.evaluate("window.__statuses")
     order = ["queued", "extracting", "chunking", "embedding", "ready"]
-    for name in ("onboarding-checklist.md", "leeds-parking.txt"):  # live, in pipeline order (stages may be too quick to see)
+    # Live, in pipeline order, ending ready. Stages may be too quick to see: a fast worker can
+    # claim a document before the page first hears of it, so even "queued" may be skipped.
+    for name in ("onboarding-checklist.md", "leeds-parking.txt"):
         seen = [order.index(status) for status in statuses[name]]
-        assert seen == sorted(seen) and seen[0] == 0 and seen[-1] == 4, statuses
+        assert seen == sorted(seen) and seen[-1] == 4 and len(set(seen)) >= 2, statuses
     screenshot(page, "upload-done")
 
     # Retry: re-queued, fails again for the same reason.
