@@ -146,8 +146,29 @@ def inner(args: argparse.Namespace) -> None:
         exact_top.append(set(ids[visible][np.argsort(-sims)[:30]].tolist()))
     for ef in args.ef:
         for share in args.select_share:
-            options = SearchOptions(ef_search=ef, lexical_select_share=share)
-            measure(options, principals, questions, query_vectors, exact_top)
+            for n in args.candidates:
+                options = SearchOptions(ef_search=ef, lexical_select_share=share, candidates=n)
+                measure(options, principals, questions, query_vectors, exact_top)
+    measure_late(SearchOptions(), principals, questions, query_vectors)
+
+
+def measure_late(options: "SearchOptions", principals: list[str], questions: list[str],
+                 query_vectors: "np.ndarray") -> None:
+    """The late-interaction stage on each query's top fused hits, with a cold cache (the worst case)."""
+    import numpy as np
+
+    from search import late
+    from search.retrieval import WORD, _candidates
+
+    times = []
+    for q, v in zip(questions, query_vectors):
+        rows = _candidates(principals=principals, query=q, vector=v, options=options)[: options.late_depth]
+        late._cache.clear()
+        started = time.perf_counter()
+        late.scores(q, [m.span() for m in WORD.finditer(q)], [(row[0], row[8]) for row in rows])
+        times.append((time.perf_counter() - started) * 1000)
+    print(f"-- late interaction on the top {options.late_depth} hits (query pieces + chunk pieces encoded, "
+          f"cold cache): p50 {np.percentile(times, 50):.0f} ms, p95 {np.percentile(times, 95):.0f} ms")
 
 
 def measure(options: "SearchOptions", principals: list[str], questions: list[str], query_vectors: "np.ndarray",
@@ -168,7 +189,8 @@ def measure(options: "SearchOptions", principals: list[str], questions: list[str
 
     with connection.cursor() as cur:  # for the raw subqueries below; _candidates sets its own
         cur.execute("SELECT set_config('hnsw.ef_search', %s, false)", [str(options.ef_search)])
-    print(f"-- ef_search {options.ef_search}, lexical select share {options.lexical_select_share}")
+    print(f"-- ef_search {options.ef_search}, lexical select share {options.lexical_select_share}, "
+          f"{options.candidates} candidates per list")
     for q, v in zip(questions[:5], query_vectors[:5]):  # warm caches
         _candidates(principals=principals, query=q, vector=v, options=options)
     parts = {"dense only": _candidate_sql(dense=True, lexical=False, idents=0),
@@ -196,7 +218,7 @@ def measure(options: "SearchOptions", principals: list[str], questions: list[str
         started = time.perf_counter()
         _candidates(principals=principals, query=q, vector=v, options=options)
         timings.append((time.perf_counter() - started) * 1000)
-        got = {row[0] for row in run(parts["dense only"], q, v)}
+        got = {row[0] for row in run(parts["dense only"], q, v)[:30]}
         recalls.append(len(got & exact) / 30)
     t = np.array(timings)
     print(f"  hybrid query (dense + IDF lexical + trigram, ACL in each): p50 {np.percentile(t, 50):.1f} ms, "
@@ -212,6 +234,8 @@ if __name__ == "__main__":
     parser.add_argument("--ef", type=lambda v: [int(x) for x in v.split(",")], default=None,
                         help="ef_search values to measure, comma-separated (default: the configured one)")
     parser.add_argument("--select-share", type=lambda v: [float(x) for x in v.split(",")], default=None)
+    parser.add_argument("--candidates", type=lambda v: [int(x) for x in v.split(",")], default=None,
+                        help="candidates per list to measure, comma-separated (default: the configured number)")
     arguments = parser.parse_args()
     if os.environ.get("KB_BENCH_INNER"):
         import django
@@ -221,6 +245,7 @@ if __name__ == "__main__":
 
         arguments.ef = arguments.ef or [settings.KB_SEARCH_EF_SEARCH]
         arguments.select_share = arguments.select_share or [settings.KB_SEARCH_LEXICAL_SELECT_SHARE]
+        arguments.candidates = arguments.candidates or [settings.KB_SEARCH_CANDIDATES]
     if os.environ.get("KB_BENCH_INNER"):
         inner(arguments)
     else:

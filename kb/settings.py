@@ -92,7 +92,7 @@ TEMPLATES = [
 
 # Retrieval knobs (docs/RETRIEVAL.md explains each and how to recalibrate the threshold) ----
 
-KB_SEARCH_CANDIDATES = env_int("KB_SEARCH_CANDIDATES", 30, minimum=1)  # per candidate list
+KB_SEARCH_CANDIDATES = env_int("KB_SEARCH_CANDIDATES", 50, minimum=1)  # per candidate list
 KB_SEARCH_RRF_K = env_int("KB_SEARCH_RRF_K", 60, minimum=1)
 KB_SEARCH_WEIGHT_DENSE = env_float("KB_SEARCH_WEIGHT_DENSE", 1.0)  # RRF weight of each candidate list
 KB_SEARCH_WEIGHT_LEXICAL = env_float("KB_SEARCH_WEIGHT_LEXICAL", 1.0)
@@ -101,11 +101,13 @@ KB_SEARCH_LEXICAL_MAX_SHARE = env_float("KB_SEARCH_LEXICAL_MAX_SHARE", 0.2)  # w
 KB_SEARCH_LEXICAL_MAX_TERMS = env_int("KB_SEARCH_LEXICAL_MAX_TERMS", 8, minimum=1)  # rarest words that rank
 KB_SEARCH_LEXICAL_SELECT_SHARE = env_float("KB_SEARCH_LEXICAL_SELECT_SHARE", 0.02)  # words that also select…
 KB_SEARCH_LEXICAL_SELECT_ROWS = env_int("KB_SEARCH_LEXICAL_SELECT_ROWS", 200, minimum=0)  # …or are in this few chunks
-KB_SEARCH_THRESHOLD = env_float("KB_SEARCH_THRESHOLD", 0.55)  # max cosine distance that may be answered from
+KB_SEARCH_THRESHOLD = env_float("KB_SEARCH_THRESHOLD", 0.56)  # max cosine distance that may be answered from
 KB_SEARCH_CAP = env_int("KB_SEARCH_CAP", 5, minimum=1)  # passages that reach the generator
 KB_SEARCH_MMR_LAMBDA = env_float("KB_SEARCH_MMR_LAMBDA", 1.0)  # 1.0: relevance only
 KB_SEARCH_DUPLICATE = env_float("KB_SEARCH_DUPLICATE", 0.97)  # cosine similarity that counts as a duplicate
 KB_SEARCH_INTENT_BOOST = env_float("KB_SEARCH_INTENT_BOOST", 0.0)
+KB_SEARCH_LATE_DEPTH = env_int("KB_SEARCH_LATE_DEPTH", 20, minimum=0)  # top hits re-scored by late interaction; 0: off
+KB_SEARCH_LATE_WEIGHT = env_float("KB_SEARCH_LATE_WEIGHT", 1.0)  # late score's weight next to cosine similarity
 KB_SEARCH_EF_SEARCH = env_int("KB_SEARCH_EF_SEARCH", 400, minimum=1)
 KB_RERANKER_PATH = env_str("KB_RERANKER_PATH", "")  # a local sentence-transformers CrossEncoder directory
 KB_RERANK_FLOOR = env_float("KB_RERANK_FLOOR", -1e9)

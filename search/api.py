@@ -31,6 +31,8 @@ class HitOut(Schema):
     link: str
     distance: float
     score: float
+    late_score: float | None
+    rerank_score: float | None
     kind: str
     audience: str
     passed: bool
@@ -69,6 +71,8 @@ def search_payload(result: SearchResult) -> dict[str, Any]:
                 "link": h.link,
                 "distance": round(h.distance, 4),
                 "score": round(h.score, 6),
+                "late_score": None if h.late_score is None else round(h.late_score, 4),
+                "rerank_score": None if h.rerank_score is None else round(h.rerank_score, 4),
                 "kind": h.kind,
                 "audience": h.audience,
                 "passed": h.passed,

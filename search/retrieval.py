@@ -26,7 +26,7 @@ from accounts.acl import user_principals
 from kb.ingest import embedding
 from kb.ingest.classify import CONCEPT, SCREEN, classify_query
 from kb.models import Chunk
-from search import rerank
+from search import late, rerank
 
 WORD = re.compile(r"[A-Za-z0-9][\w'’.-]*[A-Za-z0-9]|[A-Za-z0-9]")
 IDENTIFIER = re.compile(r"-{1,2}[A-Za-z][\w-]+|[A-Za-z0-9_][\w.:/-]*[\w]")
@@ -56,6 +56,8 @@ class SearchOptions:
     lexical_select_rows: int = field(default_factory=lambda: settings.KB_SEARCH_LEXICAL_SELECT_ROWS)
     identifiers: bool = True
     dense: bool = True
+    late_depth: int = field(default_factory=lambda: settings.KB_SEARCH_LATE_DEPTH)
+    late_weight: float = field(default_factory=lambda: settings.KB_SEARCH_LATE_WEIGHT)
     rerank: bool = True
     rerank_floor: float = field(default_factory=lambda: settings.KB_RERANK_FLOOR)
 
@@ -81,6 +83,7 @@ class Hit:
     score: float
     ranks: dict[str, int]
     passed: bool = False
+    late_score: float | None = None
     rerank_score: float | None = None
 
     @property
@@ -224,7 +227,7 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
                min(r) FILTER (WHERE source = 'ident') AS ident_rank
         FROM ranked GROUP BY id
     )
-    SELECT c.id, c.document_id, d.title, d.mime_type, d.embedding_model, c.ordinal, c.breadcrumb, c.content,
+    SELECT c.id, c.document_id, d.title, d.mime_type, d.embedding_model, c.ordinal, c.breadcrumb, c.content, c.text,
            c.start, c."end", c.page, c.kind, c.audience, c.part, c.parts, c.split_group,
            c.embedding <=> %(vector)s::vector AS distance, f.rrf, f.dense_rank, f.lexical_rank, f.ident_rank,
            c.embedding::real[]
@@ -285,6 +288,16 @@ def _mmr(hits: list[Hit], vectors: dict[int, np.ndarray], *, lam: float, duplica
     return chosen
 
 
+def _late_rerank(query: str, hits: list[Hit], texts: dict[int, str], *, depth: int, weight: float) -> list[Hit]:
+    """The top `depth` hits re-ordered by late-interaction score plus cosine similarity; the rest keep their place."""
+    head, tail = hits[:depth], hits[depth:]
+    spans = [m.span() for m in WORD.finditer(query)]
+    scores = late.scores(query, spans, [(h.chunk_id, texts[h.chunk_id]) for h in head])
+    head = [replace(h, late_score=s) for h, s in zip(head, scores, strict=True)]
+    head.sort(key=lambda h: (-(weight * (h.late_score or 0.0) + 1 - h.distance), h.chunk_id))
+    return head + tail
+
+
 def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None) -> SearchResult:
     """Ranked hits the user may read, each marked whether it passed the gate and the cap."""
     options = options or SearchOptions()
@@ -313,13 +326,15 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     preferred = intent if intent == SCREEN else CONCEPT
     boost = options.intent_boost * confidence
     vectors: dict[int, np.ndarray] = {}
+    texts: dict[int, str] = {}
     hits: list[Hit] = []
     for row in rows:
         if row[4] != model:
             continue
-        (cid, did, title, mime, _, ordinal, crumb, content, start, end, page, kind, audience, part, parts, group,
+        (cid, did, title, mime, _, ordinal, crumb, content, text, start, end, page, kind, audience, part, parts, group,
          distance, rrf, dense_rank, lexical_rank, ident_rank, vec) = row
         vectors[cid] = np.asarray(vec, dtype=np.float32)
+        texts[cid] = text
         score = float(rrf) * (1 + boost if audience == preferred else 1)
         ranks = {k: int(v) for k, v in (("dense", dense_rank), ("lexical", lexical_rank), ("ident", ident_rank)) if v}
         hits.append(Hit(cid, did, title, mime, ordinal, crumb, content, start, end, page, kind, audience, part,
@@ -328,6 +343,10 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     result.nearest_distance = min((h.distance for h in hits), default=None)
 
     hits = _mmr(hits, vectors, lam=options.mmr_lambda, duplicate=options.duplicate)
+    if options.late_depth and hits:
+        late_at = time.perf_counter()
+        hits = _late_rerank(query, hits, texts, depth=options.late_depth, weight=options.late_weight)
+        timings["late"] = (time.perf_counter() - late_at) * 1000
     gated = [h for h in hits if h.distance <= options.threshold]
     if options.rerank and gated and rerank.enabled():
         reranked_at = time.perf_counter()

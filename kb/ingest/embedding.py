@@ -58,3 +58,20 @@ def embed(texts: list[str]) -> np.ndarray:
             texts, batch_size=BATCH_SIZE, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
         )
     return vectors.astype(np.float32, copy=False)
+
+
+def token_vectors(texts: list[str]) -> list[np.ndarray]:
+    """Unit-length contextual vectors of each text's word pieces ([CLS] and [SEP] left out), for late interaction."""
+    import torch
+
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16()):
+        outputs = model().encode(
+            texts, batch_size=BATCH_SIZE, output_value="token_embeddings", convert_to_numpy=False,
+            show_progress_bar=False,
+        )
+    return [torch.nn.functional.normalize(out.float(), dim=-1)[1:-1].numpy() for out in outputs]
+
+
+def word_pieces(text: str) -> list[tuple[int, int]]:
+    """Character span of each word piece of `text`, in the order token_vectors returns them."""
+    return [tuple(span) for span in model().tokenizer(text, return_offsets_mapping=True)["offset_mapping"][1:-1]]

@@ -1,0 +1,93 @@
+"""Late interaction: re-score the top fused candidates word piece by word piece.
+
+A single vector per chunk blurs a 200-token passage into one point, so the passage that
+answers a question often sits a few places below neighbours on the same topic. Matching
+each query word piece to its closest piece in the passage (MaxSim, as ColBERT does, here
+with the embedding model's own contextual vectors) sees which passage covers the
+question's specific words. Query pieces are weighted by their word's IDF from
+`search_lexeme_stats`: stop words count for nothing and a word the corpus never uses
+counts most, so a passage is not rewarded for matching "how do I". The final score adds
+the chunk's cosine similarity, so the stage refines the dense ranking rather than
+replacing it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+from django.db import connection
+
+from kb.ingest import embedding
+
+CACHE_CHUNKS = 512  # token vectors kept per process (~40 KB each in float16)
+
+_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+_lock = threading.Lock()
+
+
+def word_weights(words: Sequence[str]) -> list[float]:
+    """IDF of each word (its rarest lexeme); 0 for a stop word or punctuation."""
+    if not words:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT i, max(ln(1 + (n.total - coalesce(s.ndoc, 0) + 0.5) / (coalesce(s.ndoc, 0) + 0.5)))
+            FROM unnest(%s::text[]) WITH ORDINALITY AS q(word, i)
+            CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector('english', q.word))) AS l(lexeme)
+            LEFT JOIN search_lexeme_stats s ON s.word = l.lexeme
+            CROSS JOIN (SELECT greatest(coalesce(max(total), 1), 1) AS total FROM search_lexeme_stats) n
+            GROUP BY i
+            """,
+            [list(words)],
+        )
+        found = {int(i): float(idf) for i, idf in cursor.fetchall()}
+    return [found.get(i, 0.0) for i in range(1, len(words) + 1)]
+
+
+def query_weights(query: str, word_spans: Sequence[tuple[int, int]]) -> np.ndarray:
+    """One weight per word piece of the query: the IDF of the word it belongs to."""
+    pieces = embedding.word_pieces(query)
+    weights = word_weights([query[a:b] for a, b in word_spans])
+    out = np.zeros(len(pieces), dtype=np.float32)
+    for p, (start, _) in enumerate(pieces):
+        for w, (a, b) in enumerate(word_spans):
+            if a <= start < b:
+                out[p] = weights[w]
+                break
+    return out
+
+
+def _chunk_vectors(chunks: Sequence[tuple[int, str]]) -> list[np.ndarray]:
+    keys = [f"{cid}:{hashlib.blake2b(text.encode(), digest_size=8).hexdigest()}" for cid, text in chunks]
+    with _lock:
+        known = {key: _cache[key] for key in keys if key in _cache}
+        for key in known:
+            _cache.move_to_end(key)
+    missing = [(key, text) for key, (_, text) in zip(keys, chunks, strict=True) if key not in known]
+    if missing:
+        computed = embedding.token_vectors([text for _, text in missing])
+        with _lock:
+            for (key, _), vectors in zip(missing, computed, strict=True):
+                known[key] = _cache[key] = vectors.astype(np.float16)
+            while len(_cache) > CACHE_CHUNKS:
+                _cache.popitem(last=False)
+    return [known[key] for key in keys]
+
+
+def scores(query: str, word_spans: Sequence[tuple[int, int]], chunks: Sequence[tuple[int, str]]) -> list[float]:
+    """IDF-weighted mean over query pieces of the best cosine with any piece of each chunk's text."""
+    query_vectors = embedding.token_vectors([query])[0]
+    weights = query_weights(query, word_spans)[: len(query_vectors)]  # the model truncates a very long query
+    if not chunks or not weights.any():
+        return [0.0] * len(chunks)
+    weights /= weights.sum()
+    query_vectors = query_vectors[: len(weights)]
+    return [
+        float((query_vectors @ vectors.astype(np.float32).T).max(axis=1) @ weights) if len(vectors) else 0.0
+        for vectors in _chunk_vectors(chunks)
+    ]
