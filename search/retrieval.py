@@ -2,12 +2,12 @@
 
 One SQL round trip gathers three candidate lists, each filtered by the user's access
 principals in its own WHERE before its ORDER BY ... LIMIT (never a post-filter):
-dense (HNSW cosine, iterative index scan), lexical (websearch_to_tsquery +
-ts_rank_cd) and identifier (trigram-indexed ILIKE for codes, keys and flags). They are
-fused by reciprocal rank with a preference for the query's intent audience; then the
-distance gate decides whether anything is close enough to answer from (NO ANSWER
-otherwise), an optional cross-encoder reranks the survivors, MMR drops
-near-duplicates, and a hard cap bounds what reaches the generator.
+dense (HNSW cosine, iterative index scan), lexical (IDF-weighted full text) and
+identifier (trigram-indexed ILIKE for codes, keys and flags). They are fused by
+reciprocal rank (optionally preferring the query's intent audience); MMR drops
+near-duplicates; late interaction (search.late) re-orders the top hits; the distance gate
+decides whether anything is close enough to answer from (NO ANSWER otherwise); an
+optional cross-encoder reranks the survivors; a hard cap bounds what reaches the generator.
 """
 
 from __future__ import annotations
