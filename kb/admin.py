@@ -12,7 +12,7 @@ from django.http import HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from search import rerank
+from search import late, rerank
 
 from accounts.acl import document_sync_acl, user_principals
 from kb.ingest.pipeline import RUNNING
@@ -142,6 +142,7 @@ class DocumentAdmin(VisibleRowsMixin, admin.ModelAdmin):
             "stale_count": documents_stale(self.get_queryset(request)).count(),
             "index_version": current_index_version().label(),
             "reranker": rerank.status(),
+            "late_interaction": late.status(),
         }
         return super().changelist_view(request, extra_context=context)
 

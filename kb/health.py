@@ -67,12 +67,12 @@ def check_embedding() -> dict[str, Any]:
 
 
 def check_reranker() -> dict[str, Any]:
-    """Optional: "off" is healthy; a configured model must load."""
-    from search import rerank
+    """Optional: "off" is healthy; a configured model must load. Late interaction is reported beside it."""
+    from search import late, rerank
 
     if rerank.enabled():
         rerank.scores("health check", ["loads"])
-    return {"status": rerank.status()}
+    return {"status": rerank.status(), "late_interaction": late.status()}
 
 
 CHECKS: dict[str, Check] = {

@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
+from django.conf import settings
 from django.db import connection
 
 from kb.ingest import embedding
@@ -27,6 +28,11 @@ CACHE_CHUNKS = 512  # token vectors kept per process (~40 KB each in float16)
 
 _cache: OrderedDict[str, np.ndarray] = OrderedDict()
 _lock = threading.Lock()
+
+
+def status() -> str:
+    depth = settings.KB_SEARCH_LATE_DEPTH
+    return f"on (top {depth})" if depth else "off"
 
 
 def word_weights(words: Sequence[str]) -> list[float]:

@@ -30,7 +30,7 @@ def test_healthz_is_200_with_every_service_up(client: Client, celery_worker: sub
     assert checks["embedding"]["dimensions"] == 384
     assert checks["celery"]["workers"]
     assert checks["redis"]["ok"] and checks["database"]["ok"]
-    assert checks["reranker"] == {"ok": True, "status": "off"}
+    assert checks["reranker"] == {"ok": True, "status": "off", "late_interaction": "on (top 20)"}
 
 
 @pytest.mark.django_db

@@ -249,7 +249,7 @@ def test_a_new_model_name_makes_documents_stale_and_reindex_stale_makes_them_cur
     ingest(document.pk)
     client.force_login(people["admin"])
     page = client.get("/admin/kb/document/").content.decode()
-    assert "Re-index stale (0)" in page and "reranker: off" in page
+    assert "Re-index stale (0)" in page and "reranker: off · late interaction: on (top 20)" in page
     settings.KB_EMBEDDING_MODEL = "another-model"
     page = client.get("/admin/kb/document/").content.decode()
     assert "kb-stale" in page and "Re-index stale (1)" in page

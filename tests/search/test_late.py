@@ -77,3 +77,12 @@ def test_cached_vectors_follow_the_text_and_the_cache_is_bounded(monkeypatch: py
     assert np.array_equal(first, again)
     late._chunk_vectors([(8, "Pallets wait in bay two."), (9, "Carriers sign at the desk.")])
     assert len(late._cache) == 2
+
+
+def test_depth_zero_turns_the_stage_off_everywhere(people: dict[str, Any], settings: Any) -> None:
+    add(DEPOT, "depot.md")
+    assert late.status() == "on (top 20)"
+    settings.KB_SEARCH_LATE_DEPTH = 0
+    assert late.status() == "off"
+    result = hybrid_search(user=people["carol"], query="When does bay 3 open?")
+    assert result.hits and all(h.late_score is None for h in result.hits) and "late" not in result.timings_ms
