@@ -21,6 +21,15 @@ def _fast_password_hasher(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_channel_layer() -> None:
+    """Each async test has its own event loop; a channel layer kept from an earlier test holds
+    asyncio locks bound to that test's loop (channels_redis), which fail when awaited here."""
+    from channels.layers import channel_layers
+
+    channel_layers.backends = {}
+
+
 @pytest.fixture
 def people(db: None) -> dict[str, Any]:
     """alice (engineering), bob (finance), carol (nobody), dave (engineering + hr), sam (support), a superuser."""
