@@ -85,9 +85,11 @@ def _chunk_vectors(chunks: Sequence[tuple[int, str]]) -> list[np.ndarray]:
     return [known[key] for key in keys]
 
 
-def scores(query: str, word_spans: Sequence[tuple[int, int]], chunks: Sequence[tuple[int, str]]) -> list[float]:
-    """IDF-weighted mean over query pieces of the best cosine with any piece of each chunk's text."""
-    query_vectors = embedding.token_vectors([query])[0]
+def scores(
+    query: str, query_vectors: np.ndarray, word_spans: Sequence[tuple[int, int]], chunks: Sequence[tuple[int, str]]
+) -> list[float]:
+    """IDF-weighted mean over query pieces (`embedding.embed_query`'s second value) of the best cosine with any
+    piece of each chunk's text."""
     weights = query_weights(query, word_spans)[: len(query_vectors)]  # the model truncates a very long query
     if not chunks or not weights.any():
         return [0.0] * len(chunks)

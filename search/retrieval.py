@@ -288,11 +288,12 @@ def _mmr(hits: list[Hit], vectors: dict[int, np.ndarray], *, lam: float, duplica
     return chosen
 
 
-def _late_rerank(query: str, hits: list[Hit], texts: dict[int, str], *, depth: int, weight: float) -> list[Hit]:
+def _late_rerank(query: str, pieces: np.ndarray, hits: list[Hit], texts: dict[int, str], *, depth: int,
+                 weight: float) -> list[Hit]:
     """The top `depth` hits re-ordered by late-interaction score plus cosine similarity; the rest keep their place."""
     head, tail = hits[:depth], hits[depth:]
     spans = [m.span() for m in WORD.finditer(query)]
-    scores = late.scores(query, spans, [(h.chunk_id, texts[h.chunk_id]) for h in head])
+    scores = late.scores(query, pieces, spans, [(h.chunk_id, texts[h.chunk_id]) for h in head])
     head = [replace(h, late_score=s) for h, s in zip(head, scores, strict=True)]
     head.sort(key=lambda h: (-(weight * (h.late_score or 0.0) + 1 - h.distance), h.chunk_id))
     return head + tail
@@ -309,7 +310,7 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     if not principals or not query.strip():
         return result
 
-    vector = embedding.embed([query])[0]
+    vector, pieces = embedding.embed_query(query)
     timings["embed"] = (time.perf_counter() - started) * 1000
     rows = _candidates(principals=principals, query=query, vector=vector, options=options)
     timings["sql"] = (time.perf_counter() - started) * 1000 - timings["embed"]
@@ -345,7 +346,7 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     hits = _mmr(hits, vectors, lam=options.mmr_lambda, duplicate=options.duplicate)
     if options.late_depth and hits:
         late_at = time.perf_counter()
-        hits = _late_rerank(query, hits, texts, depth=options.late_depth, weight=options.late_weight)
+        hits = _late_rerank(query, pieces, hits, texts, depth=options.late_depth, weight=options.late_weight)
         timings["late"] = (time.perf_counter() - late_at) * 1000
     gated = [h for h in hits if h.distance <= options.threshold]
     if options.rerank and gated and rerank.enabled():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
@@ -49,27 +50,45 @@ def use_bf16() -> bool:
         return False
 
 
-def embed(texts: list[str]) -> np.ndarray:
-    """Unit-length vectors, so cosine distance in pgvector equals 1 - dot product."""
+def _precision() -> AbstractContextManager[Any]:
     import torch
 
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16()):
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16())
+
+
+def embed(texts: list[str]) -> np.ndarray:
+    """Unit-length vectors, so cosine distance in pgvector equals 1 - dot product."""
+    with _precision():
         vectors = model().encode(
             texts, batch_size=BATCH_SIZE, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
         )
     return vectors.astype(np.float32, copy=False)
 
 
-def token_vectors(texts: list[str]) -> list[np.ndarray]:
-    """Unit-length contextual vectors of each text's word pieces ([CLS] and [SEP] left out), for late interaction."""
+def _unit_pieces(token_embeddings: Any) -> np.ndarray:
     import torch
 
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16()):
+    return torch.nn.functional.normalize(token_embeddings.float(), dim=-1)[1:-1].numpy()
+
+
+def token_vectors(texts: list[str]) -> list[np.ndarray]:
+    """Unit-length contextual vectors of each text's word pieces ([CLS] and [SEP] left out), for late interaction."""
+    with _precision():
         outputs = model().encode(
             texts, batch_size=BATCH_SIZE, output_value="token_embeddings", convert_to_numpy=False,
             show_progress_bar=False,
         )
-    return [torch.nn.functional.normalize(out.float(), dim=-1)[1:-1].numpy() for out in outputs]
+    return [_unit_pieces(out) for out in outputs]
+
+
+def embed_query(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """`embed([text])[0]` and `token_vectors([text])[0]` from one forward pass (identical values)."""
+    import torch
+
+    with _precision():
+        outputs = model().encode([text], output_value=None, show_progress_bar=False)[0]
+    vector = torch.nn.functional.normalize(outputs["sentence_embedding"].unsqueeze(0), p=2, dim=1)[0]
+    return vector.float().numpy(), _unit_pieces(outputs["token_embeddings"])
 
 
 def word_pieces(text: str) -> list[tuple[int, int]]:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kb.ingest import embedding
 from kb.ingest.pipeline import ingest
 from kb.services import document_upload
 from search import late
@@ -42,7 +43,8 @@ def test_the_passage_with_the_questions_specific_words_scores_higher(db: None) -
     specific = "To rotate the signing key of the billing webhook, open Settings and press Rotate key."
     general = "Webhooks send an HTTP request to your server whenever an event happens in your account."
     near_miss = "The signing key of the payroll export is kept in the vault and never rotated."
-    scores = late.scores(query, spans(query), [(1, specific), (2, general), (3, near_miss)])
+    pieces = embedding.embed_query(query)[1]
+    scores = late.scores(query, pieces, spans(query), [(1, specific), (2, general), (3, near_miss)])
     assert scores[0] > scores[1] and scores[0] > scores[2]
     assert all(0 < s <= 1.0001 for s in scores)
 
