@@ -120,7 +120,7 @@ def inner(args: argparse.Namespace) -> None:
     from django.db import connection
 
     from kb.ingest import embedding
-    from search.retrieval import SearchOptions, _candidate_sql, _candidates
+    from search.retrieval import SearchOptions
 
     call_command("migrate", verbosity=0)
     rng = np.random.default_rng(7)
@@ -175,18 +175,19 @@ def measure_late(options: "SearchOptions", principals: list[str], questions: lis
 
 def measure(options: "SearchOptions", principals: list[str], questions: list[str], query_vectors: "np.ndarray",
             exact_top: list[set[int]]) -> None:
+    from dataclasses import replace
+
     import numpy as np
     from django.db import connection
 
-    from search.retrieval import _candidate_sql, _candidates, lexical_query
+    from search.retrieval import _candidate_query, _candidates
 
-    def run(sql: str, q: str, v: "np.ndarray") -> list[tuple]:
+    def query(part: "SearchOptions", q: str, v: "np.ndarray") -> tuple[str, dict]:
+        return _candidate_query(principals=principals, query=q, vector=v, options=part)
+
+    def run(part: "SearchOptions", q: str, v: "np.ndarray") -> list[tuple]:
         with connection.cursor() as cur:
-            cur.execute(sql, {"principals": principals, "vector": v.tolist(), "n": options.candidates,
-                              "lexical": lexical_query(q), "rrf_k": options.rrf_k, "w_dense": 1.0,
-                              "w_lexical": 1.0, "w_ident": 1.0, "max_share": options.lexical_max_share,
-                              "max_terms": options.lexical_max_terms, "select_share": options.lexical_select_share,
-                              "select_rows": options.lexical_select_rows})
+            cur.execute(*query(part, q, v))
             return cur.fetchall()
 
     with connection.cursor() as cur:  # for the raw subqueries below; _candidates sets its own
@@ -195,24 +196,20 @@ def measure(options: "SearchOptions", principals: list[str], questions: list[str
           f"{options.candidates} candidates per list")
     for q, v in zip(questions[:5], query_vectors[:5]):  # warm caches
         _candidates(principals=principals, query=q, vector=v, options=options)
-    parts = {"dense only": _candidate_sql(dense=True, lexical=False, idents=0),
-             "lexical only": _candidate_sql(dense=False, lexical=True, idents=0)}
-    for label, sql in parts.items():
+    parts = {"dense only": replace(options, lexical=False, identifiers=False),
+             "lexical only": replace(options, dense=False, identifiers=False)}
+    for label, part in parts.items():
         times = []
         for q, v in zip(questions, query_vectors):
             started = time.perf_counter()
-            rows = run(sql, q, v)
+            run(part, q, v)
             times.append((time.perf_counter() - started) * 1000)
         print(f"  {label}: p50 {np.percentile(times, 50):.1f} ms, p95 {np.percentile(times, 95):.1f} ms")
         if os.environ.get("KB_BENCH_EXPLAIN"):
             slowest = int(np.argmax(times))
+            sql, params = query(part, questions[slowest], query_vectors[slowest])
             with connection.cursor() as cur:
-                cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, {
-                    "principals": principals, "vector": query_vectors[slowest].tolist(), "n": options.candidates,
-                    "lexical": lexical_query(questions[slowest]), "rrf_k": 60, "w_dense": 1.0, "w_lexical": 1.0,
-                    "w_ident": 1.0, "max_share": options.lexical_max_share, "max_terms": options.lexical_max_terms,
-                    "select_share": options.lexical_select_share,
-                              "select_rows": options.lexical_select_rows})
+                cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
                 plan = [r[0][:160] for r in cur.fetchall()]
             print(f"    slowest: {questions[slowest]!r}\n    " + "\n    ".join(plan))
     timings, recalls = [], []

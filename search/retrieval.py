@@ -236,7 +236,9 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
     """
 
 
-def _candidates(*, principals: list[str], query: str, vector: np.ndarray, options: SearchOptions) -> list[tuple[Any, ...]]:
+def _candidate_query(*, principals: list[str], query: str, vector: np.ndarray,
+                     options: SearchOptions) -> tuple[str, dict[str, Any]]:
+    """The candidate SQL for this query and options, with its parameters."""
     idents = identifiers(query) if options.identifiers else []
     lexical = lexical_query(query) if options.lexical else ""
     params: dict[str, Any] = {
@@ -254,7 +256,11 @@ def _candidates(*, principals: list[str], query: str, vector: np.ndarray, option
         "w_ident": options.weight_ident,
         **{f"ident{i}": f"%{token.translate(LIKE_SPECIALS)}%" for i, token in enumerate(idents)},
     }
-    sql = _candidate_sql(dense=options.dense, lexical=bool(lexical), idents=len(idents))
+    return _candidate_sql(dense=options.dense, lexical=bool(lexical), idents=len(idents)), params
+
+
+def _candidates(*, principals: list[str], query: str, vector: np.ndarray, options: SearchOptions) -> list[tuple[Any, ...]]:
+    sql, params = _candidate_query(principals=principals, query=query, vector=vector, options=options)
     if options.ef_search == settings.KB_SEARCH_EF_SEARCH:  # set per connection (settings.DATABASES)
         with connection.cursor() as cursor:
             cursor.execute(sql, params)

@@ -25,6 +25,21 @@ async def ask(user: Any, question: str = EXPORT_QUESTION, conversation_id: int |
                                                       enqueue=False)
 
 
+async def connected(conversation_id: int, user: Any, query: str = "") -> Any:
+    """A communicator on the conversation, already accepted."""
+    communicator = await open_chat(conversation_id, user, query=query)
+    assert (await communicator.connect())[0]
+    return communicator
+
+
+async def answered(user: Any, producer: Producer) -> Any:
+    """A question whose answer the producer has finished."""
+    asked = await ask(user)
+    producer.start(asked.answer.pk)
+    await database_sync_to_async(producer.join)()
+    return asked
+
+
 def use_stub(settings: Any, stub: StubOpenAI) -> None:
     settings.KB_ANSWER_BACKEND = "openai"
     settings.KB_OPENAI_BASE_URL = stub.url
@@ -54,8 +69,7 @@ async def test_the_owner_receives_status_tokens_citations_done_in_order(
     corpus: dict[str, Document], people: dict[str, Any], producer: Producer
 ) -> None:
     asked = await ask(people["alice"])
-    communicator = await open_chat(asked.conversation.pk, people["alice"])
-    assert (await communicator.connect())[0]
+    communicator = await connected(asked.conversation.pk, people["alice"])
     events = await events_until(communicator, lambda e: e["type"] == "status")  # the replay: queued
     producer.start(asked.answer.pk)
     events += await events_until(communicator, finished)
@@ -79,8 +93,7 @@ async def test_model_tokens_reach_the_socket_one_by_one_as_the_server_sends_them
     with StubOpenAI(tokens, delay=0.25) as stub:
         use_stub(settings, stub)
         asked = await ask(people["alice"])
-        communicator = await open_chat(asked.conversation.pk, people["alice"])
-        assert (await communicator.connect())[0]
+        communicator = await connected(asked.conversation.pk, people["alice"])
         producer.start(asked.answer.pk)
         arrivals: list[tuple[float, dict[str, Any]]] = []
         while not arrivals or not finished(arrivals[-1][1]):
@@ -106,16 +119,14 @@ async def test_a_reconnect_mid_answer_receives_the_full_text_once(
     with StubOpenAI(tokens, pause_after=6) as stub:
         use_stub(settings, stub)
         asked = await ask(people["alice"])
-        first = await open_chat(asked.conversation.pk, people["alice"])
-        assert (await first.connect())[0]
+        first = await connected(asked.conversation.pk, people["alice"])
         producer.start(asked.answer.pk)
         before = await events_until(first, lambda e: e["type"] == "token" and "Shipments" in e["text"])
         await first.disconnect()
         partial = joined_tokens(before, asked.answer.pk)
         assert partial and not partial.endswith(".")
 
-        second = await open_chat(asked.conversation.pk, people["alice"])
-        assert (await second.connect())[0]
+        second = await connected(asked.conversation.pk, people["alice"])
         replayed = await events_until(second, lambda e: e["type"] == "token")
         assert replayed[-1]["at"] == 0 and replayed[-1]["text"].startswith(partial)
         stub.resume()
@@ -130,17 +141,13 @@ async def test_a_reconnect_mid_answer_receives_the_full_text_once(
 async def test_a_late_reader_gets_the_finished_answer_from_storage(
     corpus: dict[str, Document], people: dict[str, Any], producer: Producer
 ) -> None:
-    asked = await ask(people["alice"])
-    producer.start(asked.answer.pk)
-    await database_sync_to_async(producer.join)()
-    communicator = await open_chat(asked.conversation.pk, people["alice"])
-    assert (await communicator.connect())[0]
+    asked = await answered(people["alice"], producer)
+    communicator = await connected(asked.conversation.pk, people["alice"])
     events = await events_until(communicator, finished)
     assert [e["type"] for e in events] == ["question", "token", "citations", "done"]
     assert events[1]["text"] == events[-1]["text"] and events[-1]["withheld"] is False
     # ?since= skips what the client already has.
-    later = await open_chat(asked.conversation.pk, people["alice"], query=f"since={asked.answer.pk}")
-    assert (await later.connect())[0]
+    later = await connected(asked.conversation.pk, people["alice"], query=f"since={asked.answer.pk}")
     assert await later.receive_nothing(timeout=0.3)
     await communicator.disconnect()
     await later.disconnect()
@@ -149,11 +156,8 @@ async def test_a_late_reader_gets_the_finished_answer_from_storage(
 async def test_a_follow_up_question_over_the_socket_joins_the_conversation(
     corpus: dict[str, Document], people: dict[str, Any], producer: Producer
 ) -> None:
-    asked = await ask(people["alice"])
-    producer.start(asked.answer.pk)
-    await database_sync_to_async(producer.join)()
-    communicator = await open_chat(asked.conversation.pk, people["alice"])
-    assert (await communicator.connect())[0]
+    asked = await answered(people["alice"], producer)
+    communicator = await connected(asked.conversation.pk, people["alice"])
     await events_until(communicator, finished)
 
     await communicator.send_json_to({"type": "ask", "question": "Where do saved filters appear?"})
@@ -178,8 +182,7 @@ async def test_an_idle_socket_outlives_the_redis_read_timeout(
     # A reader waits on a queued answer (a busy worker, a model loading) for longer than one
     # blocking channel-layer read: the socket must stay open through it.
     asked = await ask(people["alice"])
-    communicator = await open_chat(asked.conversation.pk, people["alice"])
-    assert (await communicator.connect())[0]
+    communicator = await connected(asked.conversation.pk, people["alice"])
     await events_until(communicator, lambda e: e["type"] == "status")
     await asyncio.sleep(7)
     producer.start(asked.answer.pk)
