@@ -230,7 +230,7 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
     SELECT c.id, c.document_id, d.title, d.mime_type, d.embedding_model, c.ordinal, c.breadcrumb, c.content, c.text,
            c.start, c."end", c.page, c.kind, c.audience, c.part, c.parts, c.split_group,
            c.embedding <=> %(vector)s::vector AS distance, f.rrf, f.dense_rank, f.lexical_rank, f.ident_rank,
-           c.embedding::real[]
+           vector_send(c.embedding)
     FROM fused f JOIN kb_chunk c ON c.id = f.id JOIN kb_document d ON d.id = c.document_id
     ORDER BY f.rrf DESC, c.id
     """
@@ -269,6 +269,12 @@ def _candidates(*, principals: list[str], query: str, vector: np.ndarray, option
         cursor.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(options.ef_search)])
         cursor.execute(sql, params)
         return list(cursor.fetchall())
+
+
+def _vector(sent: bytes | memoryview) -> np.ndarray:
+    """pgvector's binary form (int16 dimensions, int16 unused, big-endian float4s): parsing it costs a
+    fraction of parsing a real[]'s text, which was a third of the candidate query's time at 150 rows."""
+    return np.frombuffer(bytes(sent), dtype=">f4", offset=4).astype(np.float32)
 
 
 def _mmr(hits: list[Hit], vectors: dict[int, np.ndarray], *, lam: float, duplicate: float) -> list[Hit]:
@@ -340,7 +346,7 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
             continue
         (cid, did, title, mime, _, ordinal, crumb, content, text, start, end, page, kind, audience, part, parts, group,
          distance, rrf, dense_rank, lexical_rank, ident_rank, vec) = row
-        vectors[cid] = np.asarray(vec, dtype=np.float32)
+        vectors[cid] = _vector(vec)
         texts[cid] = text
         score = float(rrf) * (1 + boost if audience == preferred else 1)
         ranks = {k: int(v) for k, v in (("dense", dense_rank), ("lexical", lexical_rank), ("ident", ident_rank)) if v}
