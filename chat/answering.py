@@ -20,7 +20,7 @@ from chat.backends import Backend, BackendError, get_backend
 from chat.citations import CitationFilter, render_html
 from chat.events import CitationPayload, Timings
 from chat.prompts import Source, build_prompt
-from kb.models import Chunk, Document
+from kb.models import Document
 from search.retrieval import Hit, SearchOptions, SearchResult, hybrid_search, reassemble
 
 ACCESS_CHANGED = (
@@ -36,35 +36,21 @@ def _elapsed(started: float) -> float:
 def sources_for(hits: Sequence[Hit]) -> list[Source]:
     """The passed hits as numbered sources; a split section becomes one source of all its parts."""
     sources: list[Source] = []
-    for hit, parts in zip(_unique_sections(hits), reassemble(hits), strict=True):
+    for hit, parts in reassemble(hits):
         if len(parts) > 1:
             start, end = parts[0].start, parts[-1].end
             text = _canonical_slice(hit.document_id, start, end)
             page = next((p.page for p in parts if p.page), None)
         else:
-            chunk: Chunk = parts[0]
-            start, end, text, page = chunk.start, chunk.end, chunk.content, chunk.page
+            start, end, text, page = hit.start, hit.end, hit.content, hit.page
         sources.append(
             Source(
                 number=len(sources) + 1, chunk_id=hit.chunk_id, document_id=hit.document_id,
                 document_title=hit.document_title, label=hit.breadcrumb, text=text, start=start, end=end,
-                page=page, distance=hit.distance, audience=hit.audience, parts=len(parts),
+                page=page, distance=hit.distance, audience=hit.audience, parts=max(1, len(parts)),
             )
         )
     return sources
-
-
-def _unique_sections(hits: Sequence[Hit]) -> list[Hit]:
-    """The hits `reassemble` returns a source for: the first of each split group, every unsplit hit."""
-    seen: set[tuple[int, str]] = set()
-    out = []
-    for hit in hits:
-        if hit.split_group:
-            if (hit.document_id, hit.split_group) in seen:
-                continue
-            seen.add((hit.document_id, hit.split_group))
-        out.append(hit)
-    return out
 
 
 def _canonical_slice(document_id: int, start: int, end: int) -> str:

@@ -12,15 +12,19 @@ optional cross-encoder reranks the survivors; a hard cap bounds what reaches the
 
 from __future__ import annotations
 
+import operator
 import re
 import time
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import reduce
 from typing import Any
 
 import numpy as np
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
 
 from accounts.acl import user_principals
 from kb.ingest import embedding
@@ -377,18 +381,20 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     return result
 
 
-def reassemble(hits: Sequence[Hit]) -> list[list[Chunk]]:
-    """The passed hits as sources for the generator: a split section's parts come back whole, in order."""
-    sources: list[list[Chunk]] = []
-    seen_groups: set[tuple[int, str]] = set()
+def reassemble(hits: Sequence[Hit]) -> list[tuple[Hit, list[Chunk]]]:
+    """The passed hits as sources for the generator, in order: an unsplit hit alone (it carries its
+    text and locator), a split section once, with all its parts in order (one query for every section)."""
+    firsts: list[Hit] = []
+    seen: set[tuple[int, str]] = set()
     for hit in hits:
-        if hit.split_group:
-            key = (hit.document_id, hit.split_group)
-            if key in seen_groups:
-                continue
-            seen_groups.add(key)
-            parts = Chunk.objects.filter(document_id=hit.document_id, split_group=hit.split_group).order_by("ordinal")
-            sources.append(list(parts))
-        else:
-            sources.append([Chunk.objects.get(pk=hit.chunk_id)])
-    return sources
+        key = (hit.document_id, hit.split_group)
+        if hit.split_group and key in seen:
+            continue
+        seen.add(key)
+        firsts.append(hit)
+    parts: dict[tuple[int, str], list[Chunk]] = defaultdict(list)
+    sections = [Q(document_id=h.document_id, split_group=h.split_group) for h in firsts if h.split_group]
+    if sections:
+        for chunk in Chunk.objects.filter(reduce(operator.or_, sections)).order_by("ordinal"):
+            parts[(chunk.document_id, chunk.split_group)].append(chunk)
+    return [(h, parts[(h.document_id, h.split_group)] if h.split_group else []) for h in firsts]
