@@ -28,9 +28,14 @@ def user_principal(user_id: int) -> str:
     return f"u:{user_id}"
 
 
+def is_active_user(user: Any) -> bool:
+    """Signed in and not deactivated: anyone else is nobody on every surface."""
+    return user is not None and user.is_authenticated and user.is_active
+
+
 def user_principals(user: Any) -> list[str]:
     """What `user` is: everyone, themselves, their groups. Anonymous users are nobody."""
-    if user is None or not user.is_authenticated or not user.is_active:
+    if not is_active_user(user):
         return []
     groups = user.groups.values_list("pk", flat=True)
     return [EVERYONE, user_principal(user.pk), *(group_principal(pk) for pk in groups)]

@@ -10,7 +10,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-SCREEN, CONCEPT = "screen", "concept"
+from kb.ingest.classify import CONCEPT, SCREEN
+from kb.models import passage_link
 
 ROLE = """\
 You are the assistant of this company's internal knowledge base. You answer employees' \
@@ -67,8 +68,7 @@ class Source:
 
     @property
     def link(self) -> str:
-        page = f"&page={self.page}" if self.page else ""
-        return f"/documents/{self.document_id}/#char={self.start},{self.end}{page}"
+        return passage_link(self.document_id, self.start, self.end, self.page)
 
 
 @dataclass(frozen=True)

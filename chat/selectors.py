@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Prefetch, QuerySet
 
-from accounts.acl import visible_documents
+from accounts.acl import is_active_user, visible_documents
 from chat import conf
 from chat.citations import render_html
 from chat.events import CitationPayload, Timings
@@ -24,7 +24,7 @@ WITHHELD = "This answer is hidden because it cites a document you cannot read (a
 
 def conversation_for_user(user: Any, pk: int) -> Conversation | None:
     """The conversation if `user` owns it, else None (missing and foreign look the same)."""
-    if user is None or not user.is_authenticated or not user.is_active:
+    if not is_active_user(user):
         return None
     return Conversation.objects.filter(pk=pk, owner=user).first()
 
@@ -35,7 +35,7 @@ def conversation_list(*, user: Any, limit: int = 50) -> QuerySet[Conversation]:
 
 def is_reviewer(user: Any) -> bool:
     """Support staff: members of KB_REVIEW_GROUP (default `support`), and superusers."""
-    if user is None or not user.is_authenticated or not user.is_active:
+    if not is_active_user(user):
         return False
     return bool(user.is_superuser or user.groups.filter(name=conf.review_group()).exists())
 

@@ -15,6 +15,7 @@ from django.db.models import Q, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
+from accounts.acl import is_active_user
 from chat import conf
 from chat.answering import answer_stream
 from chat.events import publish
@@ -53,7 +54,7 @@ def question_ask(*, user: Any, question: str, conversation_id: int | None = None
         raise ChatError("the question is empty")
     if len(question) > MAX_QUESTION:
         raise ChatError(f"the question is longer than {MAX_QUESTION} characters")
-    if user is None or not user.is_authenticated or not user.is_active:
+    if not is_active_user(user):
         raise NotFound("no such conversation")
     if conversation_id is None:
         conversation = Conversation.objects.create(owner=user, title=_title(question))

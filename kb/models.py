@@ -100,6 +100,11 @@ def filename_title(filename: str) -> str:
     return filename.rsplit(".", 1)[0].replace("-", " ").replace("_", " ") or "untitled"
 
 
+def passage_link(document_id: int, start: int, end: int, page: int | None) -> str:
+    """The viewer's locator of a passage: the character range, plus the page for paged sources (kb/web.py)."""
+    return f"/documents/{document_id}/#char={start},{end}" + (f"&page={page}" if page else "")
+
+
 class Chunk(models.Model):
     class Kind(models.TextChoices):
         SECTION = "section"

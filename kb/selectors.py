@@ -8,7 +8,7 @@ from typing import Any
 from django.db.models import Count, Q, QuerySet
 from django.shortcuts import get_object_or_404
 
-from accounts.acl import visible_documents
+from accounts.acl import is_active_user, visible_documents
 from kb.ingest.version import IndexVersion, current_index_version
 from kb.models import Document, Folder
 
@@ -46,7 +46,7 @@ def document_get(*, user: Any, pk: int) -> Document:
 
 def user_can_manage_documents(user: Any) -> bool:
     """Admins of the document store: superusers, and staff with the kb.add_document permission."""
-    if user is None or not user.is_authenticated or not user.is_active:
+    if not is_active_user(user):
         return False
     return bool(user.is_superuser or (user.is_staff and user.has_perm("kb.add_document")))
 

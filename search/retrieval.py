@@ -29,7 +29,7 @@ from django.db.models import Q
 from accounts.acl import user_principals
 from kb.ingest import embedding
 from kb.ingest.classify import CONCEPT, SCREEN, classify_query
-from kb.models import Chunk
+from kb.models import Chunk, passage_link
 from search import late, rerank
 
 WORD = re.compile(r"[A-Za-z0-9][\w'’.-]*[A-Za-z0-9]|[A-Za-z0-9]")
@@ -91,14 +91,8 @@ class Hit:
     rerank_score: float | None = None
 
     @property
-    def fragment(self) -> str:
-        """Locator for the viewer: the character range, plus the page for paged sources."""
-        page = f"&page={self.page}" if self.page else ""
-        return f"#char={self.start},{self.end}{page}"
-
-    @property
     def link(self) -> str:
-        return f"/documents/{self.document_id}/{self.fragment}"
+        return passage_link(self.document_id, self.start, self.end, self.page)
 
 
 @dataclass
@@ -395,6 +389,8 @@ def reassemble(hits: Sequence[Hit]) -> list[tuple[Hit, list[Chunk]]]:
     parts: dict[tuple[int, str], list[Chunk]] = defaultdict(list)
     sections = [Q(document_id=h.document_id, split_group=h.split_group) for h in firsts if h.split_group]
     if sections:
-        for chunk in Chunk.objects.filter(reduce(operator.or_, sections)).order_by("ordinal"):
+        located = Chunk.objects.filter(reduce(operator.or_, sections)).only(
+            "document_id", "split_group", "ordinal", "start", "end", "page")  # not the vectors and texts
+        for chunk in located.order_by("ordinal"):
             parts[(chunk.document_id, chunk.split_group)].append(chunk)
     return [(h, parts[(h.document_id, h.split_group)] if h.split_group else []) for h in firsts]
