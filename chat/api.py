@@ -16,7 +16,7 @@ from pydantic import Field
 
 from chat import selectors, services
 from chat.events import CitationPayload
-from chat.models import Feedback, Message
+from chat.models import Conversation, Feedback, Message
 from chat.selectors import MessageView
 
 router = Router(tags=["chat"])
@@ -164,10 +164,13 @@ def conversations(request: HttpRequest) -> Any:
 
 @router.get("/conversations/{conversation_id}", response=ConversationOut)
 def conversation(request: HttpRequest, conversation_id: int) -> dict[str, Any]:
-    found = selectors.conversation_for_user(request.user, conversation_id)
+    return _conversation_out(selectors.conversation_for_user(request.user, conversation_id), viewer=request.user)
+
+
+def _conversation_out(found: Conversation | None, *, viewer: Any) -> dict[str, Any]:
     if found is None:
         raise HttpError(404, "no such conversation")
-    views = selectors.message_views(selectors.conversation_messages(found), viewer=request.user)
+    views = selectors.message_views(selectors.conversation_messages(found), viewer=viewer)
     return {"id": found.pk, "title": found.title, "created_at": found.created_at, "updated_at": found.updated_at,
             "stream": stream_path(found.pk), "messages": [_message(v) for v in views]}
 
@@ -224,11 +227,4 @@ def review_feedback(request: HttpRequest, message_id: int, payload: FeedbackIn) 
 def review_conversation(request: HttpRequest, conversation_id: int) -> dict[str, Any]:
     """Any conversation, read-only (support staff only; streaming stays with its owner)."""
     _require_reviewer(request)
-    from chat.models import Conversation
-
-    found = Conversation.objects.filter(pk=conversation_id).first()
-    if found is None:
-        raise HttpError(404, "no such conversation")
-    views = selectors.message_views(selectors.conversation_messages(found), viewer=request.user)
-    return {"id": found.pk, "title": found.title, "created_at": found.created_at, "updated_at": found.updated_at,
-            "stream": stream_path(found.pk), "messages": [_message(v) for v in views]}
+    return _conversation_out(Conversation.objects.filter(pk=conversation_id).first(), viewer=request.user)
