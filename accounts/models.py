@@ -7,7 +7,7 @@ import hashlib
 from django.conf import settings
 from django.db import models
 
-TOKEN_PREFIX = "kb_"
+TOKEN_PREFIX = "kb_"  # noqa: S105  (a public prefix, not a secret)
 
 
 def token_digest(raw: str) -> str:

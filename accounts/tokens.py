@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import secrets
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.utils import timezone
 
 from accounts.models import TOKEN_PREFIX, ApiToken, token_digest
 
 
-def token_create(*, user: AbstractBaseUser, name: str = "") -> tuple[ApiToken, str]:
+def token_create(*, user: User, name: str = "") -> tuple[ApiToken, str]:
     """A new token and its raw value; the raw value is not stored and cannot be shown again."""
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(user=user, name=name, prefix=raw[:10], digest=token_digest(raw))
     return token, raw
 
 
-def token_user(raw: str) -> AbstractBaseUser | None:
+def token_user(raw: str) -> User | None:
     """The active user a raw token belongs to, or None (unknown, revoked, or inactive user)."""
     if not raw.startswith(TOKEN_PREFIX):
         return None

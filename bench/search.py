@@ -19,6 +19,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from search.retrieval import SearchOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -54,7 +60,7 @@ def seed_texts(corpus: Path) -> list[str]:
     return texts
 
 
-def bulk_load(n: int, texts: list[str], base: "np.ndarray", rng: "np.random.Generator") -> tuple["np.ndarray", list[list[str]]]:
+def bulk_load(n: int, texts: list[str], base: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, list[list[str]]]:
     """COPY n chunks with indexes dropped, then rebuild them (as a bulk import would)."""
     import numpy as np
     from django.db import connection
@@ -152,8 +158,8 @@ def inner(args: argparse.Namespace) -> None:
     measure_late(SearchOptions(), principals, questions, query_vectors)
 
 
-def measure_late(options: "SearchOptions", principals: list[str], questions: list[str],
-                 query_vectors: "np.ndarray") -> None:
+def measure_late(options: SearchOptions, principals: list[str], questions: list[str],
+                 query_vectors: np.ndarray) -> None:
     """The late-interaction stage on each query's top fused hits, with a cold cache (the worst case)."""
     import numpy as np
 
@@ -162,7 +168,7 @@ def measure_late(options: "SearchOptions", principals: list[str], questions: lis
     from search.retrieval import WORD, _candidates
 
     times = []
-    for q, v in zip(questions, query_vectors):
+    for q, v in zip(questions, query_vectors, strict=True):
         rows = _candidates(principals=principals, query=q, vector=v, options=options)[: options.late_depth]
         pieces = embedding.embed_query(q)[1]  # comes with the query's embedding in production
         late._cache.clear()
@@ -173,7 +179,7 @@ def measure_late(options: "SearchOptions", principals: list[str], questions: lis
           f"cold cache): p50 {np.percentile(times, 50):.0f} ms, p95 {np.percentile(times, 95):.0f} ms")
 
 
-def measure(options: "SearchOptions", principals: list[str], questions: list[str], query_vectors: "np.ndarray",
+def measure(options: SearchOptions, principals: list[str], questions: list[str], query_vectors: np.ndarray,
             exact_top: list[set[int]]) -> None:
     from dataclasses import replace
 
@@ -182,25 +188,26 @@ def measure(options: "SearchOptions", principals: list[str], questions: list[str
 
     from search.retrieval import _candidate_query, _candidates
 
-    def query(part: "SearchOptions", q: str, v: "np.ndarray") -> tuple[str, dict]:
+    def query(part: SearchOptions, q: str, v: np.ndarray) -> tuple[str, dict[str, Any]]:
         return _candidate_query(principals=principals, query=q, vector=v, options=part)
 
-    def run(part: "SearchOptions", q: str, v: "np.ndarray") -> list[tuple]:
+    def run(part: SearchOptions, q: str, v: np.ndarray) -> list[tuple[Any, ...]]:
         with connection.cursor() as cur:
             cur.execute(*query(part, q, v))
-            return cur.fetchall()
+            rows: list[tuple[Any, ...]] = cur.fetchall()
+            return rows
 
     with connection.cursor() as cur:  # for the raw subqueries below; _candidates sets its own
         cur.execute("SELECT set_config('hnsw.ef_search', %s, false)", [str(options.ef_search)])
     print(f"-- ef_search {options.ef_search}, lexical select share {options.lexical_select_share}, "
           f"{options.candidates} candidates per list")
-    for q, v in zip(questions[:5], query_vectors[:5]):  # warm caches
+    for q, v in zip(questions[:5], query_vectors[:5], strict=True):  # warm caches
         _candidates(principals=principals, query=q, vector=v, options=options)
     parts = {"dense only": replace(options, lexical=False, identifiers=False),
              "lexical only": replace(options, dense=False, identifiers=False)}
     for label, part in parts.items():
         times = []
-        for q, v in zip(questions, query_vectors):
+        for q, v in zip(questions, query_vectors, strict=True):
             started = time.perf_counter()
             run(part, q, v)
             times.append((time.perf_counter() - started) * 1000)
@@ -213,7 +220,7 @@ def measure(options: "SearchOptions", principals: list[str], questions: list[str
                 plan = [r[0][:160] for r in cur.fetchall()]
             print(f"    slowest: {questions[slowest]!r}\n    " + "\n    ".join(plan))
     timings, recalls = [], []
-    for q, v, exact in zip(questions, query_vectors, exact_top):
+    for q, v, exact in zip(questions, query_vectors, exact_top, strict=True):
         started = time.perf_counter()
         _candidates(principals=principals, query=q, vector=v, options=options)
         timings.append((time.perf_counter() - started) * 1000)

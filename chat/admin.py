@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from chat.models import Citation, Conversation, Feedback, Message
 
 
-class MessageInline(admin.TabularInline):  # type: ignore[type-arg]
+class MessageInline(admin.TabularInline):
     model = Message
     fk_name = "conversation"
     fields = ("role", "status", "text", "backend", "created_at")
@@ -22,7 +22,7 @@ class MessageInline(admin.TabularInline):  # type: ignore[type-arg]
 
 
 @admin.register(Conversation)
-class ConversationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ConversationAdmin(admin.ModelAdmin):
     list_display = ("title", "owner", "created_at", "updated_at")
     list_select_related = ("owner",)
     search_fields = ("title", "owner__username")
@@ -30,7 +30,7 @@ class ConversationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     inlines = (MessageInline,)
 
 
-class CitationInline(admin.TabularInline):  # type: ignore[type-arg]
+class CitationInline(admin.TabularInline):
     model = Citation
     fields = ("number", "document", "label", "link", "distance", "quote")
     readonly_fields = fields
@@ -41,7 +41,7 @@ class CitationInline(admin.TabularInline):  # type: ignore[type-arg]
         return False
 
 
-class FeedbackInline(admin.TabularInline):  # type: ignore[type-arg]
+class FeedbackInline(admin.TabularInline):
     model = Feedback
     fields = ("kind", "citation", "note", "reviewer", "created_at")
     readonly_fields = ("reviewer", "created_at")
@@ -49,7 +49,7 @@ class FeedbackInline(admin.TabularInline):  # type: ignore[type-arg]
 
 
 @admin.register(Message)
-class MessageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class MessageAdmin(admin.ModelAdmin):
     list_display = ("pk", "conversation", "role", "status", "intent", "backend", "total_ms", "created_at")
     list_filter = ("role", "status", "backend", "intent")
     list_select_related = ("conversation",)
@@ -64,7 +64,7 @@ class MessageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(Feedback)
-class FeedbackAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class FeedbackAdmin(admin.ModelAdmin):
     list_display = ("kind", "message", "citation", "reviewer", "created_at")
     list_filter = ("kind",)
     list_select_related = ("message", "citation", "reviewer")

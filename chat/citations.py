@@ -168,13 +168,15 @@ def clean_text(text: str, *, k: int) -> tuple[str, list[int]]:
 
 
 class Linkable(Protocol):
-    link: str
-    label: str
+    @property
+    def link(self) -> str: ...
+    @property
+    def label(self) -> str: ...
 
 
 def render_html(text: str, citations: Mapping[int, Linkable]) -> str:
     """Safe HTML for an answer: escaped text, [n] linked to the server's locator, code spans inert."""
-    html = escape(text)
+    html: str = escape(text)
 
     def marker(match: re.Match[str]) -> str:
         citation = citations.get(int(match.group(1)))

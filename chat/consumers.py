@@ -62,7 +62,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         self.conversation_id, self.group = conversation.pk, group_name(conversation.pk)
         self.sent: dict[int, int] = {}  # message id -> characters of its text this client has
-        self.seen: set[tuple[int, str, str]] = set()  # (message, type, state) of one-off events sent
+        self.seen: set[tuple[int | None, str, str]] = set()  # (message, type, state) of one-off events sent
         self.finished: set[int] = set()
         await self.channel_layer.group_add(self.group, self.channel_name)
         for event in await database_sync_to_async(self._replay)(conversation, user):
@@ -103,7 +103,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if message_id in self.finished:
             return
         if kind == "token":
-            await self._token(message_id, event["at"], event["text"])
+            await self._token(event["message"], event["at"], event["text"])
             return
         if kind in ("question", "status", "citations"):
             key = (message_id, kind, event.get("state", ""))

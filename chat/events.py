@@ -16,17 +16,17 @@ import logging
 import os
 import threading
 from collections.abc import Coroutine
-from typing import Any, Literal, NotRequired
+from typing import Any, Final, Literal, NotRequired
+
+from channels.layers import get_channel_layer
 
 # pydantic (the API's schemas) reads typing_extensions' TypedDict on Python 3.11, not typing's.
 from typing_extensions import TypedDict
 
-from channels.layers import get_channel_layer
-
 log = logging.getLogger(__name__)
 
 PUBLISH_TIMEOUT_S = 5.0
-HANDLER = "chat.event"  # the consumer's chat_event() relays these
+HANDLER: Final = "chat.event"  # the consumer's chat_event() relays these
 
 
 class CitationPayload(TypedDict):
@@ -154,7 +154,7 @@ def publish(conversation_id: int, event: Event | dict[str, Any]) -> bool:
         return False
     message: ChatEventMessage = {"type": HANDLER, "event": dict(event)}
     try:
-        _publisher.run(layer.group_send(group_name(conversation_id), message), PUBLISH_TIMEOUT_S)
+        _publisher.run(layer.group_send(group_name(conversation_id), dict(message)), PUBLISH_TIMEOUT_S)
     except Exception:  # the answer goes on; readers recover from the stored text
         log.warning("could not publish a %s event for conversation %s", event.get("type"), conversation_id,
                     exc_info=True)

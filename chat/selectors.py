@@ -98,7 +98,8 @@ def message_views(messages: Sequence[Message], *, viewer: Any) -> list[MessageVi
     readable = readable_document_ids(viewer, messages)
     views = []
     for message in messages:
-        shown, hidden = [], []
+        shown: list[Citation] = []
+        hidden: list[Citation] = []
         for citation in message.citations.all():
             (shown if citation.document_id in readable else hidden).append(citation)
         if hidden:

@@ -59,9 +59,10 @@ def question_ask(*, user: Any, question: str, conversation_id: int | None = None
     if conversation_id is None:
         conversation = Conversation.objects.create(owner=user, title=_title(question))
     else:
-        conversation = Conversation.objects.select_for_update().filter(pk=conversation_id, owner=user).first()
-        if conversation is None:
+        found = Conversation.objects.select_for_update().filter(pk=conversation_id, owner=user).first()
+        if found is None:
             raise NotFound("no such conversation")
+        conversation = found
         conversation.save(update_fields=["updated_at"])
     asked = Message.objects.create(conversation=conversation, role=Message.Role.USER, text=question)
     answer = Message.objects.create(

@@ -24,8 +24,7 @@ from reportlab.lib.enums import TA_LEFT
 from reportlab.lib.pagesizes import A4
 from reportlab.lib.styles import ParagraphStyle
 from reportlab.lib.units import mm
-from reportlab.platypus import (BaseDocTemplate, Frame, ListFlowable, ListItem, PageTemplate,
-                                Paragraph, Spacer)
+from reportlab.platypus import BaseDocTemplate, Frame, ListFlowable, ListItem, PageTemplate, Paragraph, Spacer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "pdf_sources")
@@ -64,7 +63,7 @@ def parse(md):
             flush()
         elif m_h:
             flush()
-            blocks.append(("h%d" % len(m_h.group(1)), m_h.group(2)))
+            blocks.append((f"h{len(m_h.group(1))}", m_h.group(2)))
         elif m_ul or m_ol:
             new_kind = "ul" if m_ul else "ol"
             if para or (items and kind != new_kind):
@@ -104,7 +103,7 @@ def build(src_path, pdf_path):
         canvas.setFont("Helvetica", 8)
         canvas.setFillColor(colors.grey)
         canvas.drawString(20 * mm, 12 * mm, "Northwind Lumen - internal")
-        canvas.drawRightString(A4[0] - 20 * mm, 12 * mm, "Page %d" % doc.page)
+        canvas.drawRightString(A4[0] - 20 * mm, 12 * mm, f"Page {doc.page}")
         canvas.restoreState()
 
     os.makedirs(os.path.dirname(pdf_path), exist_ok=True)

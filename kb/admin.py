@@ -5,14 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import QuerySet
-from django.http import HttpRequest
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponseRedirect
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.html import format_html
-
-from search import late, rerank
 
 from accounts.acl import document_sync_acl, user_principals
 from kb.ingest.pipeline import RUNNING
@@ -20,13 +17,14 @@ from kb.ingest.version import current_index_version
 from kb.models import Chunk, Document, Folder
 from kb.selectors import document_is_stale, documents_stale
 from kb.services import document_delete, document_queue_ingest
+from search import late, rerank
 
 
 class VisibleRowsMixin:
     """Staff who are not superusers list only rows they may read, like on every other surface."""
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        queryset = super().get_queryset(request)  # type: ignore[misc]
+        queryset: QuerySet[Any] = super().get_queryset(request)  # type: ignore[misc]
         if request.user.is_superuser:
             return queryset
         return queryset.filter(acl__overlap=user_principals(request.user))

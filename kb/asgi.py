@@ -6,7 +6,7 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
 
-from django.core.asgi import get_asgi_application  # noqa: E402
+from django.core.asgi import get_asgi_application
 
 django_asgi_app = get_asgi_application()  # before anything imports models
 

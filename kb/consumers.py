@@ -47,7 +47,7 @@ def publish_document_status(document_id: int) -> None:
         return
     event: DocumentStatusEvent = {"type": "document.status", "id": int(document_id)}
     try:
-        async_to_sync(layer.group_send)(GROUP, event)
+        async_to_sync(layer.group_send)(GROUP, dict(event))
     except Exception:  # Redis down, channel full: the page's poll catches up
         log.warning("could not publish the status of document %s", document_id, exc_info=True)
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType
+from typing import cast
 
 from kb import embedded
 from kb.preflight import service_problems
@@ -112,7 +113,7 @@ class Launcher:
         while True:
             for process in self.children:
                 if process.poll() is not None:
-                    print(f"\n{process.args[2]} exited with status {process.returncode}; stopping.", flush=True)
+                    print(f"\n{cast(list[str], process.args)[2]} exited with status {process.returncode}; stopping.", flush=True)
                     return 1
             time.sleep(0.5)
 

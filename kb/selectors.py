@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -114,7 +115,7 @@ def document_status_rows(*, user: Any, ids: list[int]) -> list[dict[str, Any]]:
     return [document_status_payload(row) for row in rows]
 
 
-def document_status_payload(row: dict[str, Any]) -> dict[str, Any]:
+def document_status_payload(row: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "type": "document",
         "id": row["pk"],

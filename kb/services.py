@@ -89,7 +89,7 @@ def document_upload(
     created = document is None
     if document is None:
         document = Document(folder=folder, filename=name)
-    elif document.file:
+    elif document.file.name:  # a FieldFile is truthy exactly when it has a name
         old = document.file.name
         transaction.on_commit(partial(document.file.storage.delete, old))
     # Without an explicit title the document's own (its H1, <title> or PDF metadata) is
@@ -169,5 +169,5 @@ def document_delete(*, document: Document) -> None:
     Chunk.objects.filter(document=document).delete()
     stored = document.file
     document.delete()
-    if stored:
+    if stored.name:
         transaction.on_commit(partial(stored.storage.delete, stored.name))

@@ -19,18 +19,22 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-import dj_database_url  # noqa: E402
-from django.core.exceptions import ImproperlyConfigured  # noqa: E402
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
-from kb import embedded  # noqa: E402
-from kb.env import env_bool, env_float, env_int, env_list, env_secret, env_str  # noqa: E402
+from kb import embedded
+from kb.env import env_bool, env_float, env_int, env_list, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = embedded.var_dir()
 
 DEBUG = env_bool("DEBUG", False)
 EMBEDDED_SERVICES = not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
-DATABASE_URL, REDIS_URL = embedded.ensure_services()
+# Static tools (mypy's Django plugin under `make lint`) load these settings without starting any server.
+if env_bool("KB_SETTINGS_ONLY", False):
+    DATABASE_URL, REDIS_URL = "postgresql://localhost/kb", "redis://localhost:6379/0"
+else:
+    DATABASE_URL, REDIS_URL = embedded.ensure_services()
 
 SECRET_KEY = env_secret("SECRET_KEY")
 if not SECRET_KEY:
@@ -129,7 +133,7 @@ KB_REVIEW_GROUP = env_str("KB_REVIEW_GROUP", "support")
 # Database ----------------------------------------------------------------------
 
 
-def _database(url: str) -> dict[str, object]:
+def _database(url: str) -> dj_database_url.DBConfig:
     scheme = urlsplit(url).scheme
     if scheme not in {"postgres", "postgresql", "pgsql"}:
         raise ImproperlyConfigured(

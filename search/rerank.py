@@ -23,7 +23,8 @@ def status() -> str:
 def _model(path: str) -> CrossEncoder:
     from sentence_transformers import CrossEncoder
 
-    return CrossEncoder(path, device="cpu", local_files_only=True)
+    model: CrossEncoder = CrossEncoder(path, device="cpu", local_files_only=True)
+    return model
 
 
 def scores(query: str, passages: list[str]) -> list[float]:

@@ -41,7 +41,7 @@ def _login(base: str, username: str) -> tuple[urllib.request.OpenerDirector, htt
     jar = http.cookiejar.CookieJar()
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
     page = opener.open(base + "accounts/login/").read().decode()
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
     form = urllib.parse.urlencode({"username": username, "password": username, "csrfmiddlewaretoken": token})
     opener.open(urllib.request.Request(base + "accounts/login/", data=form.encode(), headers={"Referer": base}))
     return opener, jar

@@ -68,7 +68,7 @@ class OpenAIBackend:
         try:
             try:
                 connection.connect()
-                assert connection.sock is not None
+                assert connection.sock is not None  # noqa: S101  (connect() just set it; narrows the type)
                 connection.sock.settimeout(self.read_timeout)
                 connection.request("POST", path, body=body, headers=headers)
                 response = connection.getresponse()

@@ -229,7 +229,7 @@ def check_corpus(verbose):
     for doc, path in docs.items():
         try:
             texts[doc] = squash(read_doc(path))
-        except Exception as exc:  # noqa: BLE001 - report and go on
+        except Exception as exc:  # report and go on
             problem("%s: extraction failed: %r" % (doc, exc))
             texts[doc] = ""
         words = len(texts[doc].split())
@@ -275,7 +275,7 @@ def check_pdf(doc, path):
     body = squash(FOOTER.sub("", "\n".join(pages)))
     with open(src, encoding="utf-8") as fh:
         blocks = parse(fh.read())
-    for kind, content in blocks:
+    for _kind, content in blocks:
         for piece in (content if isinstance(content, list) else [content]):
             if squash(piece) not in body:
                 problem("%s: source text not found verbatim in the PDF: %r" % (doc, piece[:80]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -324,7 +325,7 @@ class _Cutter:
         """Spans of the parts of an over-budget segment, balanced and overlapping a little."""
         atoms = self._atoms(header, start, end, level=0)
         greedy = self._pack(header, atoms, self.max_tokens)
-        assert greedy is not None  # every atom fits alone, so the full budget always packs
+        assert greedy is not None  # noqa: S101  (every atom fits alone, so the full budget always packs)
         if not 1 < len(greedy) <= _BALANCE_UP_TO:
             return greedy  # in a long run of parts only the last is short; not worth the passes
         # Even the parts out: the smallest limit that still needs no more parts than greedy.
@@ -406,7 +407,7 @@ class _Cutter:
             return self._hard_cut(header, start, end)
         bounds = [start, *[c for c in cuts if start < c < end], end]
         atoms: list[Span] = []
-        for s, e in zip(bounds, bounds[1:]):
+        for s, e in itertools.pairwise(bounds):
             s, e = self.strip(s, e)
             if e <= s:
                 continue

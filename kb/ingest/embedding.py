@@ -5,11 +5,10 @@ from __future__ import annotations
 import functools
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from django.conf import settings
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+from django.conf import settings
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -86,7 +85,7 @@ def embed_query(text: str) -> tuple[np.ndarray, np.ndarray]:
     import torch
 
     with _precision():
-        outputs = model().encode([text], output_value=None, show_progress_bar=False)[0]
+        outputs = cast("list[dict[str, torch.Tensor]]", model().encode([text], output_value=None, show_progress_bar=False))[0]
     vector = torch.nn.functional.normalize(outputs["sentence_embedding"].unsqueeze(0), p=2, dim=1)[0]
     return vector.float().numpy(), _unit_pieces(outputs["token_embeddings"])
 

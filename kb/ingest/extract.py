@@ -20,7 +20,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # parsers are imported where used: a Markdown upload need not load lxml
-    from bs4 import PageElement, Tag
+    from bs4.element import PageElement, Tag
     from docx.table import Table
     from docx.text.paragraph import Paragraph
 
@@ -266,7 +266,7 @@ def _join_blocks(blocks: list[_Block]) -> tuple[str, tuple[Heading, ...]]:
         pos += len(block.text)
     text = "".join(parts)
     for h in headings:  # built, not found: make sure the two agree
-        assert text[h.start : h.end].endswith(h.title), h
+        assert text[h.start : h.end].endswith(h.title), h  # noqa: S101  (an invariant of this builder)
     return text, tuple(headings)
 
 
@@ -338,7 +338,8 @@ class _HtmlWriter:
 
 
 def _extract_html(source: str) -> Extracted:
-    from bs4 import BeautifulSoup, CData, NavigableString, Tag
+    from bs4 import BeautifulSoup
+    from bs4.element import CData, NavigableString, Tag
 
     soup = BeautifulSoup(source, "html.parser")
     w = _HtmlWriter()
@@ -392,12 +393,12 @@ def _extract_html(source: str) -> Extracted:
         stack.append((iter(list(child.contents)), child))
     w.flush()
     text, headings = _join_blocks(w.blocks)
-    title = None
+    page_title: str | None = None
     if soup.title is not None:
-        title = " ".join(soup.title.get_text().split()) or None
-    if title is None:
-        title = next((h.title for h in headings if h.level == 1), None)
-    return Extracted(text=text, headings=headings, pages=(), warnings=(), title=title)
+        page_title = " ".join(soup.title.get_text().split()) or None
+    if page_title is None:
+        page_title = next((h.title for h in headings if h.level == 1), None)
+    return Extracted(text=text, headings=headings, pages=(), warnings=(), title=page_title)
 
 
 def _html_image(w: _HtmlWriter, img: Tag) -> None:
@@ -461,7 +462,7 @@ def _extract_pdf(data: bytes, name: str) -> Extracted:
         if not page_text.strip():
             warnings.append(f"page {number} has no text layer")
     text = "\n\n".join(texts)
-    assert all(text[p.start : p.end] == t for p, t in zip(pages, texts))
+    assert all(text[p.start : p.end] == t for p, t in zip(pages, texts, strict=True))  # noqa: S101  (an invariant)
     return Extracted(text=text, headings=(), pages=tuple(pages), warnings=tuple(warnings), title=title)
 
 

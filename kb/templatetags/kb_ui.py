@@ -6,7 +6,7 @@ from typing import Any
 
 from django import template
 
-from kb.selectors import user_can_manage_documents, user_is_reviewer
+from kb.selectors import user_is_reviewer
 
 register = template.Library()
 

@@ -90,7 +90,7 @@ def sign_test(wins: int, losses: int) -> float:
     if n == 0:
         return 1.0
     tail = sum(math.comb(n, i) for i in range(min(wins, losses) + 1))
-    return min(1.0, 2 * tail / 2**n)
+    return min(1.0, 2 * tail / (1 << n))
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -279,7 +279,8 @@ def _nearest(record: Mapping[str, Any] | None) -> float | None:
     if record is None:
         return None
     if "nearest" in record:
-        return record["nearest"]
+        nearest: float | None = record["nearest"]
+        return nearest
     return min((h["distance"] for h in record.get("hits", [])), default=None)
 
 

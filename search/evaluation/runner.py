@@ -426,8 +426,8 @@ def write_chunks(path: Path, chunks: Sequence[Mapping[str, Any]]) -> None:
 
 def git_commit() -> str | None:
     try:
-        found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=settings.BASE_DIR,
-                               capture_output=True, text=True, timeout=10)
+        found = subprocess.run(["git", "rev-parse", "--short", "HEAD"],  # noqa: S607  (git from PATH)
+                               cwd=settings.BASE_DIR, capture_output=True, text=True, timeout=10)
     except OSError:
         return None
     return found.stdout.strip() or None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import threading
 from collections.abc import Callable, Iterator
@@ -126,10 +127,8 @@ async def _disconnect_communicators() -> Any:
     yield
     while _opened:
         communicator = _opened.pop()
-        try:
+        with contextlib.suppress(Exception):  # already gone, or it failed in the test itself
             await communicator.disconnect(timeout=5)
-        except Exception:  # already gone, or it failed in the test itself
-            pass
 
 
 async def open_chat(conversation_id: int, user: Any = None, query: str = "") -> WebsocketCommunicator:

@@ -105,7 +105,7 @@ async def test_model_tokens_reach_the_socket_one_by_one_as_the_server_sends_them
     # One word behind the model at most (the citation filter holds the word being written).
     assert len(token_events) >= len(tokens) - 2
     assert token_events[0][0] < sent[-1][0], "the first token only arrived after the server had sent the last"
-    for (arrived, event), (written, token) in zip(token_events, sent[1:], strict=False):
+    for (arrived, _event), (written, _token) in zip(token_events, sent[1:], strict=False):
         assert arrived >= written - 0.01  # never before the model wrote the next token
     assert arrivals[-1][1]["type"] == "done" and arrivals[-1][1]["text"] == "The Export button opens the Export dialog [1]."
     assert arrivals[-1][1]["backend"] == "openai"

@@ -9,7 +9,8 @@ import pytest
 
 from chat.backends.extractive import ExtractiveBackend, compose, sentences
 from chat.citations import CitationFilter, clean_text, render_html
-from chat.prompts import CONCEPT, SCREEN, Source, build_prompt
+from chat.prompts import Source, build_prompt
+from kb.ingest.classify import CONCEPT, SCREEN
 
 
 def streamed(pieces: list[str], k: int) -> tuple[list[str], CitationFilter]:

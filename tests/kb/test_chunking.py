@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import statistics
@@ -44,7 +45,8 @@ def check_invariants(extracted: Extracted, drafts: list[Draft], *, max_tokens: i
 
 def sentences(words: int, *, seed: str) -> str:
     """A paragraph of distinct sentences, about `words` words long."""
-    out, n = [], 0
+    out: list[str] = []
+    n = 0
     while sum(len(s.split()) for s in out) < words:
         n += 1
         out.append(f"The {seed} sentence number {n} explains one more detail about the filter bar and its fields.")
@@ -113,7 +115,7 @@ def test_parts_over_the_corpus_are_numbered_and_grouped(corpus: Corpus) -> None:
     for parts in groups.values():
         assert [d.part for d in parts] == list(range(1, len(parts) + 1))
         assert {d.parts for d in parts} == {len(parts)} and len({d.breadcrumb for d in parts}) == 1
-        assert all(a.start < b.start and a.end < b.end for a, b in zip(parts, parts[1:]))
+        assert all(a.start < b.start and a.end < b.end for a, b in itertools.pairwise(parts))
 
 
 @needs_corpus
@@ -270,7 +272,7 @@ def test_parts_are_numbered_share_a_group_and_overlap_by_whole_sentences() -> No
     assert [(d.kind, d.part, d.parts) for d in parts] == [("part", i, n) for i in range(1, n + 1)]
     assert len({d.group for d in parts}) == 1
     overlapping = 0
-    for a, b in zip(parts, parts[1:]):
+    for a, b in itertools.pairwise(parts):
         assert a.start < b.start < a.end or b.start >= a.end
         if b.start < a.end:
             overlapping += 1
@@ -347,7 +349,7 @@ def test_stable_ids_survive_an_edit_elsewhere_in_the_document() -> None:
     after = md(TREE.replace("The exports sentence number 2 ", "The exports sentence number two "))
     old, new = split(before, title="Guide"), split(after, title="Guide")
     assert len(old) == len(new)
-    changed = [(a.breadcrumb, a.stable_id == b.stable_id) for a, b in zip(old, new)]
+    changed = [(a.breadcrumb, a.stable_id == b.stable_id) for a, b in zip(old, new, strict=True)]
     assert changed == [(d.breadcrumb, d.breadcrumb[-1] != "Exports") for d in old]
     # Moving text around changes offsets but not the ids of the unchanged chunks.
     shifted = split(md(TREE.replace("Intro before", "A longer intro, written later, before")), title="Guide")

@@ -231,7 +231,7 @@ def test_staff_who_are_not_superusers_list_only_visible_documents(db: None, peop
     from django.contrib.auth.models import Permission
 
     secret = upload(GUIDE, name="hr.md", title="Salary bands", public=False, groups=[people["groups"]["hr"]])
-    open_doc = upload(GUIDE.replace("guide", "notes"), name="open.md", title="Depot opening hours")
+    upload(GUIDE.replace("guide", "notes"), name="open.md", title="Depot opening hours")
     sam = people["sam"]
     sam.is_staff = True
     sam.save()

@@ -64,7 +64,7 @@ def test_only_the_top_hits_are_reordered_and_the_rest_keep_their_place(people: d
     untouched = [h.chunk_id for h in result.hits if h.late_score is None]
     assert untouched == [h.chunk_id for h in plain.hits if h.chunk_id not in fused_head]
     head = [h for h in result.hits if h.late_score is not None]
-    combined = [h.late_score + 1 - h.distance for h in head]  # type: ignore[operator]
+    combined = [h.late_score + 1 - h.distance for h in head]
     assert combined == sorted(combined, reverse=True)
     assert "quartz seal" in result.hits[0].content
 

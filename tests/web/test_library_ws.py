@@ -11,8 +11,8 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 from django.utils import timezone
 
-from kb.asgi import application
 from accounts.websocket import CLOSE_UNAUTHENTICATED
+from kb.asgi import application
 from kb.consumers import publish_document_status
 from kb.models import Document
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from django.db import connection
+from django.http import StreamingHttpResponse
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from kb.models import Document
-from tests.web.conftest import make_document
 
 pytestmark = pytest.mark.django_db
 
@@ -106,7 +106,7 @@ def test_a_download_is_an_attachment_that_cannot_run(people: dict[str, Any], lib
     assert response["Content-Disposition"].startswith('attachment; filename="payroll-secrets.md"')
     assert response["Content-Type"] == "application/octet-stream"
     assert response["Content-Security-Policy"].startswith("sandbox")
-    assert b"".join(response.streaming_content).startswith(b"# Payroll secrets")
+    assert b"".join(cast(StreamingHttpResponse, response).streaming_content).startswith(b"# Payroll secrets")
 
 
 def test_the_viewer_marks_the_requested_range(people: dict[str, Any], library_docs: dict[str, Any]) -> None:

@@ -35,9 +35,13 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         files = list(expand_paths(paths))
         with tqdm(total=len(files), unit="file", desc="indexing" if sync else "uploading", file=self.stderr) as bar:
+
+            def advance(name: str) -> None:
+                bar.update(1)
+
             summary = ingest_paths(
                 files, folder=folder_obj, groups=group_objs, users=user_objs, sync=sync, wait_seconds=wait,
-                progress=lambda name: bar.update(1),
+                progress=advance,
             )
         text = "\n".join(summary.lines())
         if summary.failed:
