@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 
@@ -67,5 +68,5 @@ def explain(exc: BaseException) -> str | None:
     return None
 
 
-def database_url(config: dict[str, object]) -> str:
+def database_url(config: Mapping[str, object]) -> str:
     return f"postgresql://{config.get('USER') or ''}@{config.get('HOST') or 'localhost'}:{config.get('PORT') or 5432}/{config.get('NAME')}"
