@@ -14,9 +14,7 @@ code is found by its readers, so a probe that finds nothing means something.
 from __future__ import annotations
 
 import json
-import sys
 import time
-from collections.abc import Iterator
 from io import StringIO
 from typing import Any
 
@@ -29,30 +27,13 @@ from chat.consumers import CLOSE_FORBIDDEN
 from chat.models import Citation, Message
 from chat.services import answer_produce, feedback_add
 from kb.models import Chunk
-from tests.chat.test_e2e_daphne import child, free_port, listening, wait_until, ws
-from tests.conftest import service_env
+from tests.chat.test_e2e_daphne import ws
+from tests.security.conftest import signed_in
 from tests.security.fortress import ATTACKERS, Probes, Restricted, build, people_and_access
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 MIN_PROBES = 1000
-
-
-@pytest.fixture
-def daphne(settings: Any) -> Iterator[int]:
-    """One real Daphne on the test database, for the websocket surfaces."""
-    port = free_port()
-    env = service_env(SECRET_KEY=settings.SECRET_KEY, DEBUG="0", KB_ANSWER_BACKEND="extractive")
-    argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "kb.asgi:application"]
-    with child("leak-daphne", argv, env) as web:
-        wait_until(lambda: listening(port), "daphne", [web])
-        yield port
-
-
-def signed_in(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def ask(client: Client, question: str) -> dict[str, Any]:
