@@ -15,7 +15,7 @@ from django.db import transaction
 if TYPE_CHECKING:
     from django.db.models import QuerySet
 
-    from kb.models import Document
+    from kb.models import Document, Folder
 
 EVERYONE = "everyone"
 
@@ -57,13 +57,62 @@ def visible_documents(user: Any) -> QuerySet[Document]:
     return Document.objects.filter(acl__overlap=user_principals(user))
 
 
+def principals_common(first: list[str], second: list[str]) -> list[str]:
+    """Principals both lists admit (`everyone` admits anyone). It can only narrow: a user
+    admitted by one list through a group and by the other by name is left out, the safe side."""
+    if EVERYONE in first:
+        return sorted(second)
+    if EVERYONE in second:
+        return sorted(first)
+    return sorted(set(first) & set(second))
+
+
+def principals_admit(principals: list[str] | None, user: Any) -> bool:
+    return bool(principals) and not set(principals).isdisjoint(user_principals(user))
+
+
 @transaction.atomic
 def document_sync_acl(*, document: Document) -> list[str]:
-    """Recompute a document's principals and copy them onto its chunks (no re-embedding)."""
+    """Recompute a document's principals from its grants and copy them onto its chunks (no re-embedding).
+
+    While a re-upload waits to be indexed (`pending_acl` set), the grants describe the new
+    version: they become its pending audience, and the text now served may only narrow to
+    them, so a revocation holds at once while a widening waits for the new text.
+    """
     from kb.models import Chunk, Document
 
     principals = document_principals(document)
-    Document.objects.filter(pk=document.pk).update(acl=principals)
-    Chunk.objects.filter(document_id=document.pk).update(acl=principals)
-    document.acl = principals
+    current, pending = Document.objects.select_for_update().filter(pk=document.pk).values_list("acl", "pending_acl").get()
+    if pending is None:
+        served, pending = principals, None
+    else:
+        served, pending = principals_common(current, principals), principals
+    Document.objects.filter(pk=document.pk).update(acl=served, pending_acl=pending)
+    Chunk.objects.filter(document_id=document.pk).update(acl=served)
+    document.acl, document.pending_acl = served, pending
+    return served
+
+
+def document_stage_acl(*, document: Document) -> list[str]:
+    """Keep a new version's audience aside (`pending_acl`) until its chunks replace the served
+    ones (kb.ingest.indexing): the old text never reaches the new audience, and a version
+    that fails to index leaves the old one with its old audience."""
+    from kb.models import Document
+
+    principals = document_principals(document)
+    Document.objects.filter(pk=document.pk).update(pending_acl=principals)
+    document.pending_acl = principals
     return principals
+
+
+def visible_folders(user: Any) -> QuerySet[Folder]:
+    """Folders whose own grants admit `user`: what a folder list or filter may name to them."""
+    from django.db.models import Q
+
+    from kb.models import Folder
+
+    if not is_active_user(user):
+        return Folder.objects.none()
+    mine = (Q(public=True) | Q(users=user) | Q(groups__in=user.groups.all())
+            | Q(documents__acl__overlap=user_principals(user)))
+    return Folder.objects.filter(pk__in=Folder.objects.filter(mine).values("pk"))

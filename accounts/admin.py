@@ -13,7 +13,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
     list_display = ("prefix", "user", "name", "created_at", "last_used_at", "revoked_at")
     list_filter = ("revoked_at",)
     search_fields = ("user__username", "name", "prefix")
-    readonly_fields = ("prefix", "created_at", "last_used_at", "revoked_at")
+    # `user` too: moving a token to another user would let its holder act as them.
+    readonly_fields = ("user", "prefix", "created_at", "last_used_at", "revoked_at")
     fields = ("user", "name", "prefix", "created_at", "last_used_at", "revoked_at")
     actions = ("revoke",)
 

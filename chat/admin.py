@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from chat.models import Citation, Conversation, Feedback, Message
+from chat.selectors import messages_readable
 
 
-class MessageInline(admin.TabularInline):
+class ReadableRowsMixin:
+    """Staff who are not superusers get only rows of answers whose every source they may read
+    (chat.selectors.messages_readable): an answer, its quotes and its flags may repeat any of them."""
+
+    message_lookup = "message"  # the path from this admin's model to its Message
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        queryset = super().get_queryset(request)  # type: ignore[misc]
+        if request.user.is_superuser:
+            return queryset
+        return queryset.filter(**{f"{self.message_lookup}__in": messages_readable(request.user)})
+
+
+class MessageInline(ReadableRowsMixin, admin.TabularInline):
     model = Message
+    message_lookup = "pk"
     fk_name = "conversation"
     fields = ("role", "status", "text", "backend", "created_at")
     readonly_fields = fields
@@ -30,7 +48,7 @@ class ConversationAdmin(admin.ModelAdmin):
     inlines = (MessageInline,)
 
 
-class CitationInline(admin.TabularInline):
+class CitationInline(ReadableRowsMixin, admin.TabularInline):
     model = Citation
     fields = ("number", "document", "label", "link", "distance", "quote")
     readonly_fields = fields
@@ -41,7 +59,7 @@ class CitationInline(admin.TabularInline):
         return False
 
 
-class FeedbackInline(admin.TabularInline):
+class FeedbackInline(ReadableRowsMixin, admin.TabularInline):
     model = Feedback
     fields = ("kind", "citation", "note", "reviewer", "created_at")
     readonly_fields = ("reviewer", "created_at")
@@ -49,7 +67,8 @@ class FeedbackInline(admin.TabularInline):
 
 
 @admin.register(Message)
-class MessageAdmin(admin.ModelAdmin):
+class MessageAdmin(ReadableRowsMixin, admin.ModelAdmin):
+    message_lookup = "pk"
     list_display = ("pk", "conversation", "role", "status", "intent", "backend", "total_ms", "created_at")
     list_filter = ("role", "status", "backend", "intent")
     list_select_related = ("conversation",)
@@ -64,7 +83,7 @@ class MessageAdmin(admin.ModelAdmin):
 
 
 @admin.register(Feedback)
-class FeedbackAdmin(admin.ModelAdmin):
+class FeedbackAdmin(ReadableRowsMixin, admin.ModelAdmin):
     list_display = ("kind", "message", "citation", "reviewer", "created_at")
     list_filter = ("kind",)
     list_select_related = ("message", "citation", "reviewer")

@@ -117,8 +117,11 @@ def answer_stream(
     prompt = build_prompt(question=question, intent=result.intent, sources=sources, earlier=earlier)
     del result  # the ranked candidates and their vectors are not needed past this point
     backend = backend or get_backend()
+    given = {s.document_id for s in sources}
+    # `_sources` is stored before any text: every reader of a partial or failed answer is
+    # checked against all of them (chat.selectors), not only against what ends up cited.
     yield {"type": "status", "state": "generating", "backend": backend.name, "model": backend.model,
-           "notice": backend.notice, "intent": prompt.intent, "_facts": facts}
+           "notice": backend.notice, "intent": prompt.intent, "_facts": facts, "_sources": sorted(given)}
 
     stream = CitationFilter(k=len(sources))
     length = 0
@@ -145,7 +148,6 @@ def answer_stream(
         return
 
     # Access may have changed while the model wrote: check every source it was given, now.
-    given = {s.document_id for s in sources}
     readable = set(visible_documents(user).filter(pk__in=given).values_list("pk", flat=True))
     if readable != given:
         yield {"type": "error", "error": ACCESS_CHANGED, "_withdraw": True}

@@ -134,7 +134,8 @@ def _review(view: MessageView) -> dict[str, Any]:
         "conversation": m.conversation_id,
         "owner": m.conversation.owner.get_username(),
         "question": m.question.text if m.question else "",
-        "feedback": [_feedback(f) for f in m.feedback.all()],
+        # A reviewer's note may quote the answer it flags: withheld with it.
+        "feedback": [_feedback(f) | ({"note": ""} if view.withheld else {}) for f in m.feedback.all()],
     }
 
 

@@ -6,21 +6,20 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from pydantic import BaseModel, Field, ValidationError
 
-from accounts.websocket import accept_user
+from accounts.websocket import UserConsumer
 from chat.events import ChatEventMessage, group_name
 
 # Close codes in the application range (4000-4999), mirroring HTTP's meaning.
 CLOSE_FORBIDDEN = 4403  # not your conversation, or no such conversation: the same answer for both
 
 
-class HelloConsumer(AsyncJsonWebsocketConsumer):
+class HelloConsumer(UserConsumer):
     """Greets a logged-in user: proves the session reaches the websocket side."""
 
     async def connect(self) -> None:
-        user = await accept_user(self)
+        user = await self.accept_user()
         if user is not None:
             await self.send_json({"type": "hello", "user": user.get_username()})
 
@@ -38,7 +37,7 @@ def _stored_text(message_id: int) -> str:
     return Message.objects.filter(pk=message_id).values_list("text", flat=True).first() or ""
 
 
-class ChatConsumer(AsyncJsonWebsocketConsumer):
+class ChatConsumer(UserConsumer):
     """/ws/chat/<conversation>/: the owner's stream of that conversation's events.
 
     On connect it joins the conversation's group first, then replays what is stored, so
@@ -52,7 +51,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         from chat.selectors import conversation_for_user
 
-        user = await accept_user(self)
+        user = await self.accept_user()
         if user is None:
             return
         pk = self.scope["url_route"]["kwargs"]["pk"]
@@ -78,6 +77,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if getattr(self, "group", None):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        await super().disconnect(code)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         from chat.services import ChatError, question_ask

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 
@@ -55,6 +56,9 @@ class Message(models.Model):
     backend = models.CharField(max_length=40, blank=True)
     model = models.CharField(max_length=200, blank=True)
     notice = models.CharField(max_length=300, blank=True, help_text="Shown with the answer, e.g. a small model's caveat")
+    # Every document handed to the generator, cited or not: the answer may draw on any of them,
+    # so it is shown only to readers who may read them all (chat.selectors).
+    source_documents = ArrayField(models.BigIntegerField(), default=list, blank=True)
     nearest_distance = models.FloatField(null=True, blank=True)
     threshold = models.FloatField(null=True, blank=True)
     retrieval_ms = models.FloatField(null=True, blank=True)

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.contrib.postgres.expressions import ArraySubquery
 from django.db.models import Exists, OuterRef, Prefetch, QuerySet
 
 from accounts.acl import is_active_user, visible_documents
@@ -19,7 +20,7 @@ from chat.citations import render_html
 from chat.events import CitationPayload, Timings
 from chat.models import Citation, Conversation, Feedback, Message
 
-WITHHELD = "This answer is hidden because it cites a document you cannot read (any more)."
+WITHHELD = "This answer is hidden because it draws on a document you cannot read (any more)."
 
 
 def conversation_for_user(user: Any, pk: int) -> Conversation | None:
@@ -85,16 +86,33 @@ def citation_payload(citation: Citation) -> CitationPayload:
     }
 
 
+def message_sources(message: Message) -> set[int]:
+    """Every document the message drew on: those handed to the generator and those it cited
+    (citations prefetched; a cited document whose row is gone counts as unreadable)."""
+    return {*message.source_documents, *(c.document_id or 0 for c in message.citations.all())}
+
+
 def readable_document_ids(viewer: Any, messages: Iterable[Message]) -> set[int]:
-    """Of the documents the messages cite, those `viewer` may read now (one query)."""
-    cited = {c.document_id for m in messages for c in m.citations.all() if c.document_id}
-    if not cited:
+    """Of the documents the messages drew on, those `viewer` may read now (one query)."""
+    sources = {pk for m in messages for pk in message_sources(m) if pk}
+    if not sources:
         return set()
-    return set(visible_documents(viewer).filter(pk__in=cited).values_list("pk", flat=True))
+    return set(visible_documents(viewer).filter(pk__in=sources).values_list("pk", flat=True))
+
+
+def messages_readable(user: Any) -> QuerySet[Message]:
+    """Messages all of whose source documents `user` may read: message_views' rule as a
+    query, for lists such as the admin (questions have none and are always readable)."""
+    readable = ArraySubquery(visible_documents(user).order_by().values("pk"))
+    return Message.objects.filter(source_documents__contained_by=readable)
 
 
 def message_views(messages: Sequence[Message], *, viewer: Any) -> list[MessageView]:
-    """Views of `messages` (citations prefetched) for `viewer`, with one ACL query for all of them."""
+    """Views of `messages` (citations prefetched) for `viewer`, with one ACL query for all of them.
+
+    An answer is withheld whole when any document it drew on is unreadable to `viewer`,
+    cited or not: its text, finished, failed or still running, may quote any of them.
+    """
     readable = readable_document_ids(viewer, messages)
     views = []
     for message in messages:
@@ -102,7 +120,7 @@ def message_views(messages: Sequence[Message], *, viewer: Any) -> list[MessageVi
         hidden: list[Citation] = []
         for citation in message.citations.all():
             (shown if citation.document_id in readable else hidden).append(citation)
-        if hidden:
+        if hidden or not message_sources(message) <= readable:
             views.append(MessageView(message, WITHHELD, f"<p>{WITHHELD}</p>", True,
                                      [citation_payload(c) for c in shown], [c.number for c in hidden]))
             continue
@@ -137,7 +155,7 @@ def conversation_replay(conversation: Conversation, *, viewer: Any, since: int |
             if m.backend:
                 state.update(backend=m.backend, model=m.model, notice=m.notice, intent=m.intent)
             events.append(state)
-            if m.text:
+            if m.text and not view.withheld:
                 events.append({"type": "token", "message": m.pk, "at": 0, "text": m.text})
         elif m.status == Message.Status.REFUSED:
             events.append({"type": "refused", "message": m.pk, "reason": m.refusal_reason, "text": m.text,

@@ -123,7 +123,7 @@ def answer_produce(*, message_id: int, job_id: str | uuid.UUID | None = None) ->
                                    role=Message.Role.ASSISTANT)
     if job_id is not None:
         claim = claim.filter(job_id=job_id)
-    if not claim.update(status=Message.Status.RUNNING, started_at=now, text="", error=""):
+    if not claim.update(status=Message.Status.RUNNING, started_at=now, text="", error="", source_documents=[]):
         return None
     Citation.objects.filter(message_id=message_id).delete()
     message = Message.objects.select_related("conversation__owner", "question").get(pk=message_id)
@@ -159,7 +159,8 @@ def _store(writer: _Writer, event: dict[str, Any]) -> str | None:
     if kind == "status":
         if event["state"] == "generating":
             Message.objects.filter(pk=writer.message.pk).update(
-                backend=event["backend"], model=event["model"][:200], notice=event["notice"][:300], **facts
+                backend=event["backend"], model=event["model"][:200], notice=event["notice"][:300],
+                source_documents=event["_sources"], **facts
             )
         writer.send(event)
         return None

@@ -6,12 +6,12 @@ from typing import Any
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from accounts.acl import document_sync_acl, user_principals
+from accounts.acl import document_sync_acl, user_principals, visible_folders
 from kb.ingest.pipeline import RUNNING
 from kb.ingest.version import current_index_version
 from kb.models import Chunk, Document, Folder
@@ -35,14 +35,30 @@ class FolderAdmin(admin.ModelAdmin):
     list_display = ("name", "public", "document_count")
     filter_horizontal = ("groups", "users")
 
-    @admin.display(description="Documents")
-    def document_count(self, obj: Folder) -> int:
-        return obj.documents.count()
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Folder]:
+        """Staff who are not superusers see only folders they may read, counting only documents they may read."""
+        if request.user.is_superuser:
+            return super().get_queryset(request).annotate(n_documents=Count("documents"))
+        readable = Q(documents__acl__overlap=user_principals(request.user))
+        return visible_folders(request.user).annotate(n_documents=Count("documents", filter=readable))
+
+    @admin.display(description="Documents", ordering="n_documents")
+    def document_count(self, obj: Any) -> int:
+        return int(obj.n_documents)
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         super().save_related(request, form, formsets, change)
         for document in form.instance.documents.filter(inherit_access=True):
             document_sync_acl(document=document)
+
+
+class VisibleFolderFilter(admin.RelatedFieldListFilter):
+    """The folder filter names only folders the staff user may see (superusers: all)."""
+
+    def field_choices(self, field: Any, request: HttpRequest, model_admin: Any) -> list[tuple[Any, str]]:
+        if request.user.is_superuser:
+            return super().field_choices(field, request, model_admin)
+        return [(f.pk, str(f)) for f in visible_folders(request.user).order_by("name")]
 
 
 class StaleFilter(admin.SimpleListFilter):
@@ -64,18 +80,20 @@ class StaleFilter(admin.SimpleListFilter):
 @admin.register(Document)
 class DocumentAdmin(VisibleRowsMixin, admin.ModelAdmin):
     list_display = ("title", "folder", "status_badge", "index_badge", "chunk_count", "attempts", "updated_at")
-    list_filter = ("status", StaleFilter, "folder")
+    list_filter = ("status", StaleFilter, ("folder", VisibleFolderFilter))
     list_select_related = ("folder",)
     search_fields = ("title", "filename")
     filter_horizontal = ("groups", "users")
+    # `file` too: a new version goes through the upload service (validation, hash, type,
+    # name, re-upload rules); an edited field here would bypass all of them.
     readonly_fields = (
-        "filename", "mime_type", "sha256", "size", "status", "failed_stage", "failure_reason", "attempts",
+        "file", "pending_acl", "filename", "mime_type", "sha256", "size", "status", "failed_stage", "failure_reason", "attempts",
         "acl", "extractor_version", "pipeline_version", "embedding_model", "embedding_dimensions",
         "chunk_count", "token_total", "token_max", "indexed_at", "warnings", "uploaded_by", "created_at", "updated_at",
     )
     fieldsets = (
         (None, {"fields": ("title", "file", "folder", "audience_default")}),
-        ("Access", {"fields": ("inherit_access", "public", "groups", "users", "acl")}),
+        ("Access", {"fields": ("inherit_access", "public", "groups", "users", "acl", "pending_acl")}),
         ("Pipeline", {"fields": ("status", "failed_stage", "failure_reason", "attempts", "warnings")}),
         ("Index", {"fields": (
             "embedding_model", "embedding_dimensions", "pipeline_version", "extractor_version",
@@ -89,6 +107,11 @@ class DocumentAdmin(VisibleRowsMixin, admin.ModelAdmin):
     class Media:
         css = {"all": ("kb/admin.css",)}
 
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "folder" and not request.user.is_superuser:
+            kwargs["queryset"] = visible_folders(request.user)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         # Uploads go through the library page / `manage.py ingest`, which validate and hash the file.
         return False
@@ -96,9 +119,10 @@ class DocumentAdmin(VisibleRowsMixin, admin.ModelAdmin):
     @admin.display(description="Status", ordering="status")
     def status_badge(self, obj: Document) -> str:
         if obj.status == Document.Status.FAILED:
+            kept = " · the previous version is still served to its old audience" if obj.pending_acl is not None else ""
             return format_html(
-                '<span class="kb-badge kb-failed" title="{}">failed in {}</span><div class="kb-reason">{}</div>',
-                obj.failure_reason, obj.failed_stage or "?", obj.failure_reason,
+                '<span class="kb-badge kb-failed" title="{}">failed in {}</span><div class="kb-reason">{}{}</div>',
+                obj.failure_reason, obj.failed_stage or "?", obj.failure_reason, kept,
             )
         return format_html('<span class="kb-badge kb-{}">{}</span>', obj.status, obj.get_status_display())
 

@@ -21,10 +21,9 @@ from typing import Any, TypedDict
 
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import get_channel_layer
 
-from accounts.websocket import accept_user
+from accounts.websocket import UserConsumer
 from kb.selectors import TERMINAL_STATUSES, document_status_rows
 
 log = logging.getLogger(__name__)
@@ -52,12 +51,12 @@ def publish_document_status(document_id: int) -> None:
         log.warning("could not publish the status of document %s", document_id, exc_info=True)
 
 
-class DocumentStatusConsumer(AsyncJsonWebsocketConsumer):
+class DocumentStatusConsumer(UserConsumer):
     async def connect(self) -> None:
         self.watched: set[int] = set()
         self.sent: dict[int, tuple[str, str]] = {}
         self.poller: asyncio.Task[None] | None = None
-        self.user: Any = await accept_user(self)
+        self.user: Any = await self.accept_user()
         if self.user is None:
             return
         await self.channel_layer.group_add(GROUP, self.channel_name)
@@ -69,6 +68,7 @@ class DocumentStatusConsumer(AsyncJsonWebsocketConsumer):
             with contextlib.suppress(asyncio.CancelledError):
                 await self.poller
         await self.channel_layer.group_discard(GROUP, self.channel_name)
+        await super().disconnect(code)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if not isinstance(content, dict) or content.get("type") != "watch":

@@ -58,6 +58,12 @@ class Document(models.Model):
     groups = models.ManyToManyField(Group, blank=True, related_name="kb_documents")
     users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="kb_documents")
     acl = ArrayField(models.CharField(max_length=64), default=list, blank=True)
+    # A re-upload's audience waits here until its chunks replace the old ones (indexing),
+    # so the old text never reaches the new audience; None when no new version is pending.
+    pending_acl = ArrayField(models.CharField(max_length=64), null=True, blank=True)
+    # Bumped by every accepted upload; a worker writes only while the version it started
+    # from is still the current one, so an older run never lands on a newer upload.
+    version = models.PositiveIntegerField(default=1)
 
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
     failed_stage = models.CharField(max_length=16, blank=True)

@@ -7,9 +7,10 @@ from dataclasses import asdict
 from typing import Any
 
 from django.db.models import Count, Q, QuerySet
+from django.http import Http404
 from django.shortcuts import get_object_or_404
 
-from accounts.acl import is_active_user, visible_documents
+from accounts.acl import is_active_user, principals_admit, visible_documents
 from kb.ingest.version import IndexVersion, current_index_version
 from kb.models import Document, Folder
 
@@ -66,6 +67,21 @@ def documents_followable(user: Any) -> QuerySet[Document]:
     if not user_can_manage_documents(user):
         return readable
     return readable | Document.objects.filter(uploaded_by=user)
+
+
+def documents_replaceable(uploader: Any) -> QuerySet[Document]:
+    """What an upload by `uploader` may match as the same content or replace as a new version:
+    only what they may read. No uploader means the operator (`manage.py ingest`, the demo): all."""
+    return Document.objects.all() if uploader is None else visible_documents(uploader)
+
+
+def document_file_get(*, user: Any, pk: int) -> Document:
+    """The document whose stored file `user` may download. While a re-upload waits to be
+    indexed the file is already the new version: its reader must be in its audience too."""
+    document = document_get(user=user, pk=pk)
+    if document.pending_acl is not None and not principals_admit(document.pending_acl, user):
+        raise Http404("No such document")
+    return document
 
 
 def library_documents(*, user: Any, query: str = "", folder: str = "") -> QuerySet[Document]:

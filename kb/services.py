@@ -14,9 +14,10 @@ from django.core.files import File
 from django.db import transaction
 from django.db.models import QuerySet
 
-from accounts.acl import document_sync_acl
+from accounts.acl import document_stage_acl, document_sync_acl
 from kb.ingest.extract import UnsupportedFile, detect_mime
 from kb.models import Chunk, Document, Folder
+from kb.selectors import documents_replaceable
 
 HEAD_BYTES = 8192
 
@@ -75,13 +76,17 @@ def document_upload(
     """Store an upload and queue it for indexing.
 
     The same content again in the same folder is a no-op; a changed file with the same
-    name replaces the previous version (its chunks are swapped atomically when indexed).
+    name replaces the previous version. Both match only documents the uploader may read
+    (kb.selectors.documents_replaceable): anything else is neither named to them nor
+    replaced, and the upload becomes a new document. A replaced version keeps its text and
+    its audience until the new version's chunks replace them (indexing.replace_chunks);
+    the new access waits in `pending_acl`, and a failed new version leaves it so.
     Access: explicit `public`/`groups`/`users` override the folder's grants. With
     `enqueue=False` the caller indexes it itself (`manage.py ingest --sync`).
     """
     mime = upload_validate(name=name, stream=stream, size=size)
     sha = _sha256(stream)
-    same_place = Document.objects.select_for_update().filter(folder=folder)
+    same_place = documents_replaceable(uploaded_by).select_for_update().filter(folder=folder)
     existing = same_place.filter(sha256=sha).first()
     if existing is not None:
         return UploadResult(existing, created=False, queued=False)
@@ -89,9 +94,10 @@ def document_upload(
     created = document is None
     if document is None:
         document = Document(folder=folder, filename=name)
-    elif document.file.name:  # a FieldFile is truthy exactly when it has a name
-        old = document.file.name
-        transaction.on_commit(partial(document.file.storage.delete, old))
+    else:
+        document.version += 1  # the row is locked: earlier runs of the pipeline now write nothing
+        if document.file.name:  # a FieldFile is truthy exactly when it has a name
+            transaction.on_commit(partial(document.file.storage.delete, document.file.name))
     # Without an explicit title the document's own (its H1, <title> or PDF metadata) is
     # taken when it is indexed; a new version may bring a new one.
     document.title = title
@@ -111,7 +117,10 @@ def document_upload(
     if explicit:
         document.groups.set(list(groups or []))
         document.users.set(list(users or []))
-    document_sync_acl(document=document)
+    if created:
+        document_sync_acl(document=document)
+    else:
+        document_stage_acl(document=document)
     if enqueue:
         _enqueue([document.pk])
     return UploadResult(document, created=created, queued=True)

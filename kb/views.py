@@ -19,6 +19,7 @@ from kb.ingest.extract import PDF
 from kb.middleware import allow_remote_images
 from kb.models import Document
 from kb.selectors import (
+    document_file_get,
     document_get,
     document_status_rows,
     documents_followable,
@@ -86,7 +87,7 @@ def document_view(request: HttpRequest, pk: int) -> HttpResponse:
 def document_download(request: HttpRequest, pk: int) -> FileResponse:
     """The original file. PDFs may open inline (the viewer links to `#page=N`); everything
     else is an attachment with a sandboxing CSP, so an uploaded HTML file never runs here."""
-    document = document_get(user=request.user, pk=pk)
+    document = document_file_get(user=request.user, pk=pk)
     if not document.file:
         raise Http404("No file")
     try:

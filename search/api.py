@@ -30,7 +30,7 @@ class HitOut(Schema):
     page: int | None
     link: str
     distance: float
-    score: float
+    score: float | None
     late_score: float | None
     rerank_score: float | None
     kind: str
@@ -48,7 +48,16 @@ class SearchOut(Schema):
     hits: list[HitOut]
 
 
-def search_payload(result: SearchResult) -> dict[str, Any]:
+def shows_raw_scores(user: Any) -> bool:
+    """Fused and late-interaction scores weigh words by their frequency over every chunk,
+    readable or not, so a probe word's score tells whether restricted text uses it. Only
+    superusers, who may open every chunk in the admin anyway, get them; everyone else gets
+    the ranks, the cosine distance and the rerank score, which depend on the query and the
+    passage alone (docs/SECURITY.md: residual channels)."""
+    return bool(getattr(user, "is_superuser", False))
+
+
+def search_payload(result: SearchResult, *, raw_scores: bool) -> dict[str, Any]:
     """The JSON shape shared by the API and `manage.py search --json`."""
     return {
         "query": result.query,
@@ -70,8 +79,8 @@ def search_payload(result: SearchResult) -> dict[str, Any]:
                 "page": h.page,
                 "link": h.link,
                 "distance": round(h.distance, 4),
-                "score": round(h.score, 6),
-                "late_score": None if h.late_score is None else round(h.late_score, 4),
+                "score": round(h.score, 6) if raw_scores else None,
+                "late_score": None if h.late_score is None or not raw_scores else round(h.late_score, 4),
                 "rerank_score": None if h.rerank_score is None else round(h.rerank_score, 4),
                 "kind": h.kind,
                 "audience": h.audience,
@@ -84,4 +93,5 @@ def search_payload(result: SearchResult) -> dict[str, Any]:
 
 @router.get("", response=SearchOut)
 def search(request: HttpRequest, params: Query[SearchIn]) -> dict[str, Any]:
-    return search_payload(hybrid_search(user=request.user, query=params.q, options=SearchOptions(k=params.k)))
+    result = hybrid_search(user=request.user, query=params.q, options=SearchOptions(k=params.k))
+    return search_payload(result, raw_scores=shows_raw_scores(request.user))

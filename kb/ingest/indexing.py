@@ -15,6 +15,10 @@ from kb.ingest.version import current_index_version
 from kb.models import Chunk, Document
 
 
+class Superseded(Exception):
+    """The document changed version while this run worked on an older one."""
+
+
 @transaction.atomic
 def replace_chunks(
     *,
@@ -24,9 +28,18 @@ def replace_chunks(
     drafts: Sequence[Draft],
     audiences: Sequence[str],
     vectors: np.ndarray,
+    version: int,
 ) -> None:
-    """Readers see either all the old chunks or all the new ones, never a mix or neither."""
+    """Readers see either all the old chunks or all the new ones, never a mix or neither.
+
+    The new chunks bring their version's audience (`pending_acl`) with them, in the same
+    transaction. Raises Superseded, writing nothing, when the document was uploaded again
+    after `version` was read: the newer upload's own run indexes it.
+    """
     locked = Document.objects.select_for_update().get(pk=document.pk)
+    if locked.version != version:
+        raise Superseded(f"document {locked.pk} is at version {locked.version}, this run read {version}")
+    acl = locked.acl if locked.pending_acl is None else locked.pending_acl
     Chunk.objects.filter(document=locked).delete()
     Chunk.objects.bulk_create(
         [
@@ -47,7 +60,7 @@ def replace_chunks(
                 split_group=draft.group or "",
                 tokens=draft.tokens,
                 embedding=vector,
-                acl=locked.acl,
+                acl=acl,
             )
             for draft, audience, vector in zip(drafts, audiences, vectors, strict=True)
         ],
@@ -58,6 +71,8 @@ def replace_chunks(
     version = current_index_version()
     Document.objects.filter(pk=locked.pk).update(
         status=Document.Status.READY,
+        acl=acl,
+        pending_acl=None,
         canonical_text=extracted.text,
         pages=[[page.start, page.end] for page in extracted.pages],
         warnings=list(extracted.warnings),

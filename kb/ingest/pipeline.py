@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import numpy as np
 from django.conf import settings
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from kb.consumers import publish_document_status
@@ -49,17 +49,29 @@ def _claim(document_id: int) -> bool:
     )
 
 
-def _enter(document_id: int, status: str) -> None:
-    Document.objects.filter(pk=document_id).update(status=status, updated_at=timezone.now())
+def _current(document_id: int, version: int) -> QuerySet[Document]:
+    """The row while it is still the version this run works on: every status write goes
+    through it, so a run overtaken by a newer upload writes nothing (0 rows)."""
+    return Document.objects.filter(pk=document_id, version=version)
+
+
+def _enter(document_id: int, version: int, status: str) -> None:
+    _current(document_id, version).update(status=status, updated_at=timezone.now())
     publish_document_status(document_id)
+
+
+def _status(document_id: int) -> str:
+    return str(Document.objects.filter(pk=document_id).values_list("status", flat=True).first() or "missing")
 
 
 def ingest(document_id: int) -> str:
     """Index one document; returns its final status. Safe to call twice (the second call is a no-op)."""
     if not _claim(document_id):
-        return str(Document.objects.filter(pk=document_id).values_list("status", flat=True).first() or "missing")
+        return _status(document_id)
     publish_document_status(document_id)
+    # The file and the version come from one read of the row, so they always belong together.
     document = Document.objects.get(pk=document_id)
+    version = document.version
     stage = Document.Status.EXTRACTING
     try:
         with document.file.open("rb") as handle:
@@ -71,7 +83,7 @@ def ingest(document_id: int) -> str:
         title = document.title or extracted.title or filename_title(document.filename)
 
         stage = Document.Status.CHUNKING
-        _enter(document_id, stage)
+        _enter(document_id, version, stage)
         drafts = chunking.split(extracted, title=title)
         if not drafts:
             raise StageFailed("the document has no text to index")
@@ -79,39 +91,43 @@ def ingest(document_id: int) -> str:
         audiences = [classify.classify_chunk(text=draft.text, default=default) for draft in drafts]
 
         stage = Document.Status.EMBEDDING
-        Document.objects.filter(pk=document_id).update(progress_done=0, progress_total=len(drafts))
-        _enter(document_id, stage)
-        vectors = _embed_with_progress(document_id, [draft.text for draft in drafts])
+        _current(document_id, version).update(progress_done=0, progress_total=len(drafts))
+        _enter(document_id, version, stage)
+        vectors = _embed_with_progress(document_id, version, [draft.text for draft in drafts])
 
         indexing.replace_chunks(
-            document=document, title=title, extracted=extracted, drafts=drafts, audiences=audiences, vectors=vectors
+            document=document, title=title, extracted=extracted, drafts=drafts, audiences=audiences, vectors=vectors,
+            version=version,
         )
         publish_document_status(document_id)
         return Document.Status.READY
+    except indexing.Superseded:
+        log.info("document %s was uploaded again while version %s was indexed; that run was dropped", document_id, version)
+        return _status(document_id)
     except (extract.ExtractionError, extract.UnsupportedFile, StageFailed) as exc:
-        _fail(document_id, stage, str(exc))
+        _fail(document_id, version, stage, str(exc))
     except FileNotFoundError:
-        _fail(document_id, stage, "the stored file is missing; upload it again")
+        _fail(document_id, version, stage, "the stored file is missing; upload it again")
     except Exception as exc:  # one bad document must never stop the others: record and go on
         log.exception("ingesting document %s failed in %s", document_id, stage)
-        _fail(document_id, stage, f"internal error: {type(exc).__name__}: {exc}")
-    return Document.Status.FAILED
+        _fail(document_id, version, stage, f"internal error: {type(exc).__name__}: {exc}")
+    return _status(document_id)
 
 
-def _embed_with_progress(document_id: int, texts: list[str]) -> np.ndarray:
+def _embed_with_progress(document_id: int, version: int, texts: list[str]) -> np.ndarray:
     """Embed in slices, reporting `progress_done` after each so the library can show n/m."""
     parts = []
     for start in range(0, len(texts), PROGRESS_EVERY):
         parts.append(embedding.embed(texts[start : start + PROGRESS_EVERY]))
-        Document.objects.filter(pk=document_id).update(
+        _current(document_id, version).update(
             progress_done=min(start + PROGRESS_EVERY, len(texts)), updated_at=timezone.now()
         )
         publish_document_status(document_id)
     return np.concatenate(parts)
 
 
-def _fail(document_id: int, stage: str, reason: str) -> None:
-    Document.objects.filter(pk=document_id).update(
+def _fail(document_id: int, version: int, stage: str, reason: str) -> None:
+    _current(document_id, version).update(
         status=Document.Status.FAILED, failed_stage=stage, failure_reason=reason[:2000], updated_at=timezone.now()
     )
     publish_document_status(document_id)

@@ -357,7 +357,7 @@
       if (socket !== ws) return;
       socket = null;
       var open = turnList.filter(function (t) { return t.id !== null && !t.finished; });
-      if (open.length && event.code !== 1000) {
+      if (open.length && event.code !== 1000 && event.code !== 4401) {
         // Reconnect: the server replays what was stored, offsets drop what we already have.
         setTimeout(function () { if (conversation === conversationId) connect(conversationId); }, 1000);
       }

@@ -6,7 +6,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from search.api import search_payload
+from search.api import search_payload, shows_raw_scores
 from search.retrieval import SearchOptions, hybrid_search
 
 
@@ -25,7 +25,7 @@ class Command(BaseCommand):
             raise CommandError(f"no user named {user!r}")
         result = hybrid_search(user=account, query=query, options=SearchOptions(k=k))
         if as_json:
-            return json.dumps(search_payload(result), indent=2, ensure_ascii=False)
+            return json.dumps(search_payload(result, raw_scores=shows_raw_scores(account)), indent=2, ensure_ascii=False)
         lines = [f"intent: {result.intent} ({result.intent_confidence:.2f}) · threshold {result.threshold:.3f}"]
         if not result.answerable:
             lines.append(result.refusal_reason or "NO ANSWER")

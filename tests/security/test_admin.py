@@ -1,0 +1,74 @@
+"""The admin for a staff user who is not in a document's groups (issue 11, item 5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from accounts.tokens import token_create, token_user
+from chat.models import Message
+from chat.services import answer_produce, question_ask
+from kb.models import Document, Folder
+from kb.services import folder_set_access
+from tests.chat.conftest import VAULT, VAULT_QUESTION, add_document
+
+SECRET = "ZX-4412-QUARTZ"
+MODELS = ("document", "chunk", "folder", "conversation", "message", "citation", "feedback", "apitoken")
+
+
+@pytest.fixture
+def staff(people: dict[str, Any]) -> Client:
+    """Ellen: staff with every view/change permission of our models, in no group."""
+    ellen = User.objects.create_user("ellen", password="ellen", is_staff=True)
+    ellen.user_permissions.set(Permission.objects.filter(content_type__model__in=MODELS))
+    client = Client()
+    client.force_login(ellen)
+    return client
+
+
+@pytest.fixture
+def hidden(people: dict[str, Any]) -> dict[str, Any]:
+    """An engineering-only folder and document, and dave's answer drawn from it."""
+    engineering = people["groups"]["engineering"]
+    folder = Folder.objects.create(name="Vault procedures 7781")
+    folder_set_access(folder=folder, public=False, groups=[engineering])
+    document = add_document(VAULT, "vault-7781.md", folder=folder)
+    asked = question_ask(user=people["dave"], question=VAULT_QUESTION, enqueue=False)
+    answer_produce(message_id=asked.answer.pk)
+    answer = Message.objects.get(pk=asked.answer.pk)
+    assert SECRET in answer.text
+    return {"folder": folder, "document": document, "answer": answer, "citation": answer.citations.get()}
+
+
+def test_a_staff_user_outside_the_group_sees_nothing_of_it_in_the_admin(staff: Client, hidden: dict[str, Any]) -> None:
+    pages = [f"/admin/kb/{m}/" for m in ("document", "chunk", "folder")] + [
+        f"/admin/chat/{m}/" for m in ("conversation", "message", "citation", "feedback")
+    ]
+    pages += [
+        "/admin/kb/document/?folder__id__exact=%d" % hidden["folder"].pk,
+        f"/admin/chat/conversation/{hidden['answer'].conversation_id}/change/",
+        f"/admin/chat/message/{hidden['answer'].pk}/change/",
+    ]
+    for page in pages:
+        body = staff.get(page, follow=True).content.decode()
+        for secret in (SECRET, "Vault procedures 7781", "vault-7781.md", hidden["document"].title):
+            assert secret not in body, (page, secret)
+
+
+def test_a_token_cannot_be_moved_to_another_user(staff: Client, people: dict[str, Any]) -> None:
+    token, raw = token_create(user=people["carol"], name="laptop")
+    response = staff.post(f"/admin/accounts/apitoken/{token.pk}/change/", {"user": people["admin"].pk, "name": "moved"})
+    assert response.status_code == 302
+    token.refresh_from_db()
+    assert token.name == "moved" and token.user == people["carol"]
+    assert token_user(raw) == people["carol"]
+
+
+def test_the_document_file_cannot_be_swapped_in_the_admin(staff: Client, people: dict[str, Any]) -> None:
+    document = add_document("# Office\n\n## Hours\n\nThe office opens at eight.\n", "office.md")
+    page = staff.get(f"/admin/kb/document/{document.pk}/change/").content.decode()
+    assert 'name="file"' not in page
+    assert Document.objects.get(pk=document.pk).filename == "office.md"

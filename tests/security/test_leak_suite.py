@@ -1,0 +1,168 @@
+"""The adversarial leak suite: every restricted sentence, every user who may not read it, every surface.
+
+Probes are generated from tests/security/fortress.py: for each restricted document and each
+attacker outside its audience, the attacker searches (API and `manage.py search`) with three
+phrasings of each sentence's question, asks it (POST /api/ask, then the conversation API and
+the websocket stream through a real Daphne), opens the viewer, the download, the library,
+the readers' conversations, the review API and desk, and every admin page; and /ws/library/
+is asked to watch every document. A probe fails on any of the document's codes, title, file
+name, restricted folder name or id showing up. Readers are asked first, so answers, quotes
+and reviewers' notes quoting every secret exist to be leaked. Positive controls prove each
+code is found by its readers, so a probe that finds nothing means something.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+from websockets.exceptions import ConnectionClosed
+
+from chat.consumers import CLOSE_FORBIDDEN
+from chat.models import Citation, Message
+from chat.services import answer_produce, feedback_add
+from kb.models import Chunk
+from tests.chat.test_e2e_daphne import ws
+from tests.security.conftest import signed_in
+from tests.security.fortress import ATTACKERS, Probes, Restricted, build, people_and_access
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+MIN_PROBES = 1000
+
+
+def ask(client: Client, question: str) -> dict[str, Any]:
+    """POST /api/ask, then produce the answer in this process, as a worker would."""
+    response = client.post("/api/ask", {"question": question}, content_type="application/json")
+    assert response.status_code == 202, response.content
+    asked = response.json()
+    answer_produce(message_id=asked["message"])
+    return dict(asked)
+
+
+def replay(port: int, client: Client, conversation: int) -> tuple[str, int | None]:
+    """What /ws/chat/<conversation>/ sends on connect, until the last answer ends; and its close code."""
+    events: list[str] = []
+    with ws(port, f"/ws/chat/{conversation}/", client.cookies["sessionid"].value) as socket:
+        try:
+            while True:
+                event = socket.recv(timeout=10)
+                events.append(str(event))
+                if json.loads(event)["type"] in ("done", "refused", "error"):
+                    return "\n".join(events), None
+        except ConnectionClosed as closed:
+            return "\n".join(events), closed.rcvd.code if closed.rcvd else None
+
+
+def admin_pages(item: Restricted, reader_answer: int) -> list[str]:
+    assert item.document is not None
+    document = item.document
+    pages = [
+        f"/admin/kb/document/?q={item.title}", "/admin/kb/document/", f"/admin/kb/chunk/?q={item.secrets[0].code}",
+        "/admin/kb/folder/", "/admin/chat/conversation/", f"/admin/chat/message/?q={item.secrets[0].code}",
+        "/admin/chat/feedback/", "/admin/accounts/apitoken/",
+        f"/admin/kb/document/{document.pk}/change/", f"/admin/kb/document/{document.pk}/history/",
+        f"/admin/chat/message/{reader_answer}/change/",
+        f"/admin/chat/conversation/{Message.objects.get(pk=reader_answer).conversation_id}/change/",
+    ]
+    pages += [f"/admin/kb/chunk/{pk}/change/" for pk in Chunk.objects.filter(document=document).values_list("pk", flat=True)]
+    pages += [f"/admin/chat/feedback/{pk}/change/" for pk in
+              Message.objects.get(pk=reader_answer).feedback.values_list("pk", flat=True)]
+    if document.folder_id:
+        pages += [f"/admin/kb/document/?folder__id__exact={document.folder_id}",
+                  f"/admin/kb/folder/{document.folder_id}/change/"]
+    return pages
+
+
+def test_no_restricted_sentence_reaches_anyone_outside_its_audience(
+    people: dict[str, Any], daphne: int, settings: Any
+) -> None:
+    settings.KB_ANSWER_BACKEND = "extractive"
+    started = time.monotonic()
+    people.update(people_and_access())
+    corpus = build(people)
+    clients = {name: signed_in(people[name]) for name in (*ATTACKERS, "admin")}
+    probes = Probes()
+
+    # Readers first: their answers quote the secrets; a reviewer's note repeats one.
+    reader_answers: dict[str, int] = {}
+    for item in corpus:
+        reader = sorted(item.readers)[0]
+        for secret in item.secrets:
+            found = clients[reader].get("/api/search", {"q": secret.questions[0]}).content.decode()
+            assert secret.code in found, f"positive control: {reader} cannot find {secret.code}"
+            asked = ask(clients[reader], secret.questions[0])
+            answer = Message.objects.get(pk=asked["message"])
+            assert secret.code in answer.text, f"positive control: {reader}'s answer lacks {secret.code}"
+            feedback_add(reviewer=people["admin"], message=answer, kind="unsupported", note=f"Quoted: {secret.sentence}")
+            reader_answers[item.key] = answer.pk
+
+    for item in corpus:
+        markers = item.markers()
+        reader_answer = Message.objects.get(pk=reader_answers[item.key])
+        reader_conversation = reader_answer.conversation_id
+        for name in ATTACKERS:
+            if name in item.readers:
+                continue
+            client = clients[name]
+            for secret in item.secrets:
+                for question in secret.questions:
+                    body = client.get("/api/search", {"q": question, "k": 50}).content.decode()
+                    probes.check("GET /api/search", name, body, markers)
+                    out = call_command("search", question, "--user", name, "--json", "--k", "50", stdout=StringIO())
+                    probes.check("manage.py search", name, out, markers)
+                asked = ask(client, secret.questions[0])
+                body = client.get(f"/api/conversations/{asked['conversation']}").content.decode()
+                probes.check("POST /api/ask + GET /api/conversations/<id>", name, body, markers)
+                events, code = replay(daphne, client, asked["conversation"])
+                probes.check("/ws/chat/<own conversation>/", name, events, markers)
+
+            response = client.get(f"/documents/{item.document.pk}/")  # type: ignore[union-attr]
+            probes.expect("viewer", name, response.status_code == 404, f"viewer answered {response.status_code}")
+            response = client.get(f"/documents/{item.document.pk}/download")  # type: ignore[union-attr]
+            probes.expect("download", name, response.status_code == 404, f"download answered {response.status_code}")
+            probes.check("library", name, client.get("/library/", {"q": item.title}).content.decode(), markers,
+                         sent=[item.title])
+            probes.check("library", name, client.get("/library/").content.decode(), markers)
+            response = client.get(f"/api/conversations/{reader_conversation}")
+            probes.expect("GET /api/conversations/<reader's>", name, response.status_code == 404,
+                          f"answered {response.status_code}")
+            events, code = replay(daphne, client, reader_conversation)
+            probes.expect("/ws/chat/<reader's conversation>/", name, code == CLOSE_FORBIDDEN and not events,
+                          f"closed with {code} after {events[:200]!r}")
+            for path in ("/api/review/answers", f"/api/review/answers/{reader_answer.pk}",
+                         f"/api/review/conversations/{reader_conversation}", "/review/", "/review/?filter=flagged"):
+                probes.check("review API and desk", name, client.get(path).content.decode(), markers)
+            for page in admin_pages(item, reader_answer.pk):
+                probes.check("admin", name, client.get(page, follow=True).content.decode(), markers,
+                             sent=[page, page.partition("?q=")[2]])
+
+    for name in ATTACKERS:
+        client = clients[name]
+        probes.check("GET /api/conversations", name, client.get("/api/conversations").content.decode(),
+                     [m for item in corpus if name not in item.readers for m in item.markers()])
+        watched = [item.document.pk for item in corpus]  # type: ignore[union-attr]
+        with ws(daphne, "/ws/library/", client.cookies["sessionid"].value) as socket:
+            socket.send(json.dumps({"type": "watch", "ids": watched}))
+            rows = []
+            try:
+                while True:
+                    rows.append(json.loads(socket.recv(timeout=1.5)))
+            except TimeoutError:
+                pass
+        sent = {row.get("id") for row in rows}
+        for item in corpus:
+            if name not in item.readers:
+                probes.expect("/ws/library/", name, item.document.pk not in sent,  # type: ignore[union-attr]
+                              f"status of {item.key}")
+                probes.check("/ws/library/", name, json.dumps(rows), item.markers())
+
+    assert Citation.objects.exists() and reader_answers
+    print(f"\nleak suite: {probes.report()}\n  in {time.monotonic() - started:.0f}s")
+    assert not probes.leaks, probes.report()
+    assert probes.total >= MIN_PROBES and len(probes.counts) >= 8, probes.report()
