@@ -1,8 +1,9 @@
 """`make run`: services, migrations, demo data, then Daphne and a Celery worker until Ctrl-C.
 
 Everything started here is stopped here: children run in their own process groups
-so the launcher decides the order (web and worker first, then Redis and PostgreSQL)
-and nothing is orphaned when the terminal sends SIGINT/SIGTERM.
+so the launcher decides the order (web and worker first, then Redis and PostgreSQL).
+SIGINT, SIGTERM and SIGHUP (a closed terminal) all stop it the same way, and if the
+launcher itself dies before it is done (SIGKILL), kb.lifeline stops what it left.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from types import FrameType
 from typing import cast
 
 from kb import embedded
+from kb.lifeline import Lifeline, die_with_parent
 from kb.preflight import service_problems
 
 DEMO_LOGINS = (
@@ -81,8 +83,16 @@ class Launcher:
     host: str
     port: int
     env: dict[str, str]
+    lifeline: Lifeline
     children: list[subprocess.Popen[bytes]] = field(default_factory=list)
     owned: list[str] = field(default_factory=list)
+
+    def own(self, name: str) -> str:
+        """Start or reuse embedded server `name`; its URL. Left again on shutdown, or by the lifeline."""
+        url = embedded.use(name).url
+        self.owned.append(name)
+        self.lifeline.guard_service(name)
+        return url
 
     def manage(self, *args: str) -> None:
         result = subprocess.run([sys.executable, "manage.py", *args], env=self.env)
@@ -90,8 +100,9 @@ class Launcher:
             raise LaunchError(f"`manage.py {' '.join(args)}` failed with status {result.returncode}")
 
     def spawn(self, argv: Sequence[str]) -> subprocess.Popen[bytes]:
-        process = subprocess.Popen(list(argv), env=self.env, start_new_session=True)
+        process = subprocess.Popen(list(argv), env=self.env, start_new_session=True, preexec_fn=die_with_parent)
         self.children.append(process)
+        self.lifeline.guard_group(process.pid)
         return process
 
     def start(self) -> None:
@@ -113,7 +124,7 @@ class Launcher:
         while True:
             for process in self.children:
                 if process.poll() is not None:
-                    print(f"\n{cast(list[str], process.args)[2]} exited with status {process.returncode}; stopping.", flush=True)
+                    say(f"\n{cast(list[str], process.args)[2]} exited with status {process.returncode}; stopping.")
                     return 1
             time.sleep(0.5)
 
@@ -140,20 +151,23 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def say(line: str) -> None:
+    """Print, unless the terminal is gone (SIGHUP): stopping must go on without it."""
+    try:
+        print(line, flush=True)
+    except OSError:
+        pass
+
+
 def run(host: str, port: int) -> int:
     if port_in_use(host, port):
         raise LaunchError(f"port {port} on {host} is already in use; stop what is using it or set PORT=<another port>")
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    launcher = Launcher(host=host, port=port, env={})
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_interrupt)
+    launcher = Launcher(host=host, port=port, env={}, lifeline=Lifeline.start())
     try:
-        database_url = os.environ.get("DATABASE_URL", "")
-        redis_url = os.environ.get("REDIS_URL", "")
-        if not database_url:
-            database_url = embedded.use("postgres").url
-            launcher.owned.append("postgres")
-        if not redis_url:
-            redis_url = embedded.use("redis").url
-            launcher.owned.append("redis")
+        database_url = os.environ.get("DATABASE_URL", "") or launcher.own("postgres")
+        redis_url = os.environ.get("REDIS_URL", "") or launcher.own("redis")
         problems = service_problems(database_url, redis_url)
         if problems:
             raise LaunchError("\n".join(problems))
@@ -162,19 +176,20 @@ def run(host: str, port: int) -> int:
         launcher.manage("load_demo")
         launcher.start()
         url = f"http://{host}:{port}/"
-        print(f"\nKnowledge base ready at {url}  (health: {url}healthz)", flush=True)
-        print("Demo logins (username / password):", flush=True)
+        say(f"\nKnowledge base ready at {url}  (health: {url}healthz)")
+        say("Demo logins (username / password):")
         for username, password, role in DEMO_LOGINS:
-            print(f"  {username:<6} / {password:<6} {role}", flush=True)
-        print("Press Ctrl-C to stop.", flush=True)
+            say(f"  {username:<6} / {password:<6} {role}")
+        say("Press Ctrl-C to stop.")
         return launcher.watch()
     except KeyboardInterrupt:
-        print("\nStopping…", flush=True)
+        say("\nStopping…")
         return 0
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the cleanup
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the cleanup
         launcher.shutdown()
+        launcher.lifeline.release()
 
 
 def main() -> None:

@@ -140,12 +140,25 @@ def _database(url: str) -> dj_database_url.DBConfig:
             f"DATABASE_URL must be a postgresql:// URL (PostgreSQL with pgvector); got scheme {scheme!r}"
         )
     try:
-        config = dj_database_url.parse(url, conn_max_age=env_int("KB_DB_CONN_MAX_AGE", 60, minimum=0))
+        # CONN_MAX_AGE=0: under ASGI every worker thread kept its own persistent connection
+        # until PostgreSQL ran out of slots; the pool below bounds them per process instead.
+        config = dj_database_url.parse(url, conn_max_age=0)
     except ValueError as exc:
         raise ImproperlyConfigured(f"DATABASE_URL is not a valid URL: {exc}") from None
     config["CONN_HEALTH_CHECKS"] = True
     options = config.setdefault("OPTIONS", {})
     options["connect_timeout"] = env_int("KB_DB_CONNECT_TIMEOUT", 5, minimum=1)
+    pool_size = env_int("KB_DB_POOL_SIZE", 8, minimum=0)
+    if pool_size:  # 0: no pool, one connection per request (behind PgBouncer, say)
+        # A request that finds every connection busy waits up to the timeout, then fails
+        # with PoolTimeout instead of opening connection number max_size + 1.
+        options["pool"] = {
+            "min_size": 0,
+            "max_size": pool_size,
+            "timeout": env_float("KB_DB_POOL_TIMEOUT", 10.0),
+            "max_idle": 60,
+            "name": "kb",
+        }
     # Per connection, no extra round trip per query: iterative HNSW scans keep a selective
     # ACL filter from starving the dense list; ef_search trades recall for speed.
     options["options"] = f"-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search={KB_SEARCH_EF_SEARCH}"

@@ -28,6 +28,7 @@ from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from kb.ingest import extract
+from kb.inline import Span, inline_spans
 from kb.models import Document, Folder
 
 # --------------------------------------------------------------------------- document text
@@ -54,13 +55,6 @@ _TABLE = re.compile(r"^ {0,3}\|")
 _TABLE_SEP = re.compile(r"^ {0,3}\|?(?:[ \t]*:?-{2,}:?[ \t]*\|)+(?:[ \t]*:?-{2,}:?[ \t]*)?$")
 _HR = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 _ATX_MARK = re.compile(r"^ {0,3}#{1,6}(?:[ \t]+|$)", re.MULTILINE)
-_INLINE = re.compile(
-    r"(?P<code>(?P<ticks>`+)(?P<codetext>[^`\n](?:.*?[^`])?)(?P=ticks)(?!`))"
-    r"|(?P<img>!\[(?P<alt>[^\]\n]*)\]\((?P<src>[^()\s]+)(?:[ \t]+\"[^\"\n]*\")?\))"
-    r"|(?P<link>\[(?P<label>[^\]\n]+)\]\((?P<href>[^()\s]+)(?:[ \t]+\"[^\"\n]*\")?\))"
-    r"|(?P<bold>\*\*(?=\S)(?P<boldtext>[^\n]*?\S)\*\*)"
-    r"|(?P<url>\bhttps?://[^\s<>()\[\]\"']+[^\s<>()\[\]\"'.,;:!?])"
-)
 _DATA_IMAGE = re.compile(r"^data:image/(?:png|jpeg|gif|webp);base64,[A-Za-z0-9+/=]+$")
 _HEADING_TAGS = {1: "h2", 2: "h3", 3: "h4", 4: "h5", 5: "h6", 6: "h6"}  # the page's own h1 is the title
 
@@ -382,60 +376,52 @@ class _Renderer:
     # ---- inline
 
     def inline(self, start: int, end: int) -> None:
-        text, out = self.text, self.out
+        out = self.out
         pos = start
-        for m in _INLINE.finditer(text, start, end):
-            out.leaf(pos, m.start())
-            pos = m.end()
-            if m.group("code"):
-                ticks = len(m.group("ticks"))
-                out.tag(_lit("<code>"))
-                out.hidden(m.start(), m.start() + ticks)
-                out.leaf(m.start() + ticks, m.end() - ticks)
-                out.hidden(m.end() - ticks, m.end())
-                out.tag(_lit("</code>"))
-            elif m.group("img"):
-                self.image(m)
-            elif m.group("link"):
-                href = m.group("href")
-                if not _safe_href(href):
-                    out.leaf(m.start(), m.end())  # shown as written, never followed
-                    continue
-                out.tag(format_html('<a href="{}" rel="nofollow noopener noreferrer" target="_blank">', href))
-                out.hidden(m.start(), m.start("label"))
-                out.leaf(m.start("label"), m.end("label"))
-                out.hidden(m.end("label"), m.end())
-                out.tag(_lit("</a>"))
-            elif m.group("bold"):
-                out.tag(_lit("<strong>"))
-                out.hidden(m.start(), m.start() + 2)
-                out.leaf(m.start() + 2, m.end() - 2)
-                out.hidden(m.end() - 2, m.end())
-                out.tag(_lit("</strong>"))
-            else:
-                url = m.group("url")
-                if _safe_href(url):
-                    out.tag(format_html('<a href="{}" rel="nofollow noopener noreferrer" target="_blank">', url))
-                    out.leaf(m.start(), m.end())
+        for span in inline_spans(self.text, start, end):
+            out.leaf(pos, span.start)
+            pos = span.end
+            if span.kind == "img":
+                self.image(span)
+                continue
+            if span.kind == "url":
+                if _safe_href(span.target):
+                    out.tag(format_html('<a href="{}" rel="nofollow noopener noreferrer" target="_blank">', span.target))
+                    out.leaf(span.start, span.end)
                     out.tag(_lit("</a>"))
                 else:
-                    out.leaf(m.start(), m.end())
+                    out.leaf(span.start, span.end)
+                continue
+            if span.kind == "link" and not _safe_href(span.target):
+                out.leaf(span.start, span.end)  # shown as written, never followed
+                continue
+            opening, closing = {
+                "code": (_lit("<code>"), _lit("</code>")),
+                "bold": (_lit("<strong>"), _lit("</strong>")),
+                "link": (format_html('<a href="{}" rel="nofollow noopener noreferrer" target="_blank">', span.target),
+                         _lit("</a>")),
+            }[span.kind]
+            out.tag(opening)
+            out.hidden(span.start, span.inner_start)
+            out.leaf(span.inner_start, span.inner_end)
+            out.hidden(span.inner_end, span.end)
+            out.tag(closing)
         out.leaf(pos, end)
 
-    def image(self, m: re.Match[str]) -> None:
-        out, src, alt = self.out, m.group("src"), m.group("alt")
+    def image(self, span: Span) -> None:
+        out, src, alt = self.out, span.target, self.text[span.inner_start : span.inner_end]
         if not _safe_image(src):
             out.tag(format_html('<span class="doc-imgref" title="{}">', "Image not shown: only https images are displayed"))
-            out.leaf(m.start(), m.end())
+            out.leaf(span.start, span.end)
             out.tag(_lit("</span>"))
             return
         out.tag(_lit('<span class="doc-figure">'))
         out.tag(format_html('<img src="{}" alt="{}" loading="lazy" decoding="async" referrerpolicy="no-referrer">', src, alt))
-        out.hidden(m.start(), m.start("alt"))
+        out.hidden(span.start, span.inner_start)
         out.tag(_lit('<span class="doc-caption">'))
-        out.leaf(m.start("alt"), m.end("alt"))
+        out.leaf(span.inner_start, span.inner_end)
         out.tag(_lit("</span>"))
-        out.hidden(m.end("alt"), m.end())
+        out.hidden(span.inner_end, span.end)
         out.tag(_lit("</span>"))
 
 

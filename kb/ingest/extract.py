@@ -157,13 +157,15 @@ def _newlines(text: str) -> str:
 # --------------------------------------------------------------------------- Markdown / plain text
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
-_ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*$")
+# Trailing blanks are stripped by _clean_title, not by the patterns: a lazy `(.*?)` before
+# `\s*$` re-scans every run of blanks inside the line, quadratic in the line's length.
+_ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*))?$")
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
-_TRAC = re.compile(r"^\s*(=+)\s+(\S.*?)\s*$")
+_TRAC = re.compile(r"^\s*(=+)\s+(\S.*)$")
 _NOT_A_SETEXT_TITLE = re.compile(r"^\s*([-*+>|]|\d+[.)]\s|```|~~~|<)")
 # YAML front matter (Jekyll, Docusaurus, Hugo): metadata, kept in the text but never a heading.
 FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
-_FM_TITLE = re.compile(r"^title:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
+_FM_TITLE = re.compile(r"^title:[ \t]*(.+)$", re.MULTILINE)
 
 
 def _extract_text(text: str, *, markdown: bool) -> Extracted:
@@ -232,12 +234,22 @@ def _heading(level: int, raw: str, start: int, end: int, *, atx: bool) -> Headin
 
 
 def _clean_title(raw: str, *, atx: bool) -> str:
+    """The heading's words without its decorations; string methods, not end-anchored
+    `re.sub`s, which would re-scan blank runs from every position (quadratic)."""
     title = raw.strip()
     if atx:
-        title = re.sub(r"(?:^|[ \t]+)#+$", "", title)  # closing hashes: "## Title ##"
+        bare = title.rstrip("#")  # closing hashes: "## Title ##"
+        if bare != title and (not bare or bare[-1] in " \t"):
+            title = bare
     else:
-        title = re.sub(r"(\s*=+)?(\s+#[\w-]+)?$", "", title)  # Trac: "== Title == #anchor"
-    title = re.sub(r"\s*\{#[^}]*\}$", "", title)  # Docusaurus/kramdown ids: "Title {#id}"
+        head, hash_sign, anchor = title.rpartition("#")  # Trac: "== Title == #anchor"
+        if hash_sign and head[-1:].isspace() and anchor and all(c.isalnum() or c in "_-" for c in anchor):
+            title = head
+        title = title.rstrip().rstrip("=")
+    if title.endswith("}"):  # Docusaurus/kramdown ids: "Title {#id}"
+        opening = title.find("{#", title.rfind("}", 0, len(title) - 1) + 1)
+        if opening >= 0:
+            title = title[:opening]
     return " ".join(title.split())
 
 

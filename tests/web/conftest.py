@@ -103,7 +103,7 @@ def web_server(django_db_setup: None) -> Iterator[str]:
     log = OUTPUT / "daphne-web.log"
     with open(log, "wb") as out:
         # The same SECRET_KEY as this process, so sessions made here (force_login) are valid there.
-        env = service_env(KB_DB_CONN_MAX_AGE="0", SECRET_KEY=settings.SECRET_KEY)
+        env = service_env(SECRET_KEY=settings.SECRET_KEY)
         process = subprocess.Popen(
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "kb.asgi:application"],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,

@@ -1,0 +1,78 @@
+"""Issue 12 item 3: nothing the launcher started outlives it, whatever signal ends it.
+
+A closed terminal (SIGHUP to the process group) used to kill the launcher outright and
+leave Daphne, the worker and both servers running on the port; so did SIGKILL during the
+shutdown that Ctrl-C starts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from kb.embedded import free_port
+from tests.conftest import OUTPUT, ROOT
+from tests.test_make_run import _our_processes, _wait_for_line
+
+pytestmark = pytest.mark.slow
+
+
+def launch(var_dir: Path, name: str) -> subprocess.Popen[bytes]:
+    """The launcher in its own process group, as a terminal runs it."""
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "SECRET_KEY"}}
+    env.update(PORT=str(free_port()), KB_VAR_DIR=str(var_dir))
+    OUTPUT.mkdir(exist_ok=True)
+    log = OUTPUT / f"launcher-{name}.log"
+    with open(log, "wb") as out:
+        launcher = subprocess.Popen([sys.executable, "-m", "kb.launcher"], cwd=ROOT, env=env, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+    _wait_for_line(log, launcher, timeout=240)
+    return launcher
+
+
+def running(launcher: subprocess.Popen[bytes], var_dir: Path) -> set[int]:
+    """Every pid the launcher runs: its descendants and the embedded servers."""
+    pids = {p.pid for p in psutil.Process(launcher.pid).children(recursive=True)} | {launcher.pid}
+    pids.add(int((var_dir / "pg" / "postmaster.pid").read_text().split()[0]))
+    pids.add(int((var_dir / "redis" / "redis.pid").read_text().strip()))
+    assert len(pids) >= 5, pids  # launcher, daphne, celery (+ its pool), postgres, redis
+    return pids
+
+
+def hang_up(launcher: subprocess.Popen[bytes]) -> None:
+    os.killpg(launcher.pid, signal.SIGHUP)  # what closing the terminal sends
+
+
+def kill_while_stopping(launcher: subprocess.Popen[bytes]) -> None:
+    os.killpg(launcher.pid, signal.SIGINT)
+    time.sleep(1)
+    launcher.kill()
+
+
+@pytest.mark.parametrize("end", [hang_up, kill_while_stopping], ids=["sighup", "sigint-then-sigkill"])
+def test_nothing_outlives_the_launcher(tmp_path: Path, end: Callable[[subprocess.Popen[bytes]], None]) -> None:
+    var_dir = tmp_path / "var"
+    launcher = launch(var_dir, end.__name__)
+    pids = {launcher.pid}
+    try:
+        pids = running(launcher, var_dir)
+        end(launcher)
+        launcher.wait(15)
+        deadline = time.monotonic() + 15
+        while _our_processes(var_dir, pids) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        leftovers = _our_processes(var_dir, pids)
+        assert not leftovers, [p.info for p in leftovers]
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        for process in _our_processes(var_dir, pids):
+            process.kill()
