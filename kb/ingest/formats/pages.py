@@ -23,7 +23,13 @@ _PAGE_NUMBER = re.compile(
     re.IGNORECASE,
 )
 _ENDS_SENTENCE = re.compile(r"[.!?:…][\"'”’)\]]*$")
-_ENDS_OPEN = re.compile(r"(?:[,;(\-–—/]|\b(?:a|an|the|and|or|of|to|in|for|with|by|on|at|is|are|be)|[a-z])$")
+# Words a sentence cannot end on: after them the text must go on, whatever case follows.
+_ENDS_OPEN = re.compile(
+    r"(?:[,;(\-–—/]|\b(?:a|an|the|and|or|but|nor|of|to|in|into|for|from|with|by|on|at|as|is|are|was|were|be|"
+    r"been|that|which|who|whose|if|when|than|not|can|will|must|should|may|your|our|their|its|this|these|those|"
+    r"per|via))$",
+    re.IGNORECASE,
+)
 _MIN_PAGES_FOR_RUNNING = 3
 _RUNNING_SHARE = 0.6
 
