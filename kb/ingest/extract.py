@@ -133,6 +133,8 @@ def detect_mime(*, filename: str, head: bytes) -> str:
             raise UnsupportedFile(f"{name}: the file is not RTF (it does not start with {{\\rtf)")
     elif mime == EML:
         # Mail bodies may be in any charset (8-bit Latin-1 is common): only binary data is refused here.
+        if head.startswith(_OLE2):
+            raise UnsupportedFile(f"{name}: the file is an Outlook .msg file, not an e-mail message; save it as .eml")
         if b"\x00" in head:
             raise UnsupportedFile(f"{name}: the file is not an e-mail message (it contains NUL bytes)")
     else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+from collections.abc import Iterator
 from email.message import EmailMessage
 
 from kb.ingest.extract import HTML, Block, Extracted, ExtractionError, extract as extract_any, from_blocks, heading_block
@@ -26,15 +27,18 @@ def extract(data: bytes, name: str) -> Extracted:
     meta = [f"{h}: {v}" for h in _HEADERS if h != "Subject" and (v := _header(message, h))]
     if meta:
         blocks.append(Block(text="\n".join(meta)))
-    body = message.get_body(preferencelist=("plain", "html"))
-    if body is not None:
+    bodies = [message.get_body(preferencelist=(kind,)) for kind in ("plain", "html")]
+    for body in bodies:  # the plain part, unless it is empty (some senders put all text in the HTML)
+        if body is None:
+            continue
         text = _content(body, warnings)
         if body.get_content_subtype() == "html":
             text = extract_any(data=text.encode("utf-8"), mime=HTML, filename=name).text
         text = text.replace("\r\n", "\n").replace("\r", "\n").strip()
         if text:
             blocks.append(Block(text=text))
-    attachments = [_attachment(part) for part in message.iter_attachments()]
+            break
+    attachments = [_attachment(part) for part in _parts(message) if part not in bodies and _is_attachment(part)]
     if attachments:
         blocks.append(Block(text="Attachments (not indexed):\n" + "\n".join(f"- {a}" for a in attachments)))
     return from_blocks(blocks, title=subject or None, warnings=warnings)
@@ -56,10 +60,25 @@ def _content(part: EmailMessage, warnings: list[str]) -> str:
         return payload.decode("latin-1") if isinstance(payload, bytes) else str(payload)
 
 
+def _parts(message: EmailMessage) -> Iterator[EmailMessage]:
+    """The leaf parts and attached messages, without descending into an attached message."""
+    for part in message.iter_parts():
+        if part.get_content_maintype() == "multipart":
+            yield from _parts(part)  # type: ignore[arg-type]
+        else:
+            yield part  # type: ignore[misc]
+
+
+def _is_attachment(part: EmailMessage) -> bool:
+    return bool(part.get_filename()) or part.get_content_disposition() == "attachment" or (
+        part.get_content_maintype() not in ("text", "multipart")
+    )
+
+
 def _attachment(part: EmailMessage) -> str:
     payload = part.get_payload(decode=True)
-    size = len(payload) if isinstance(payload, bytes) else 0
-    return f"{part.get_filename() or '(unnamed)'} ({part.get_content_type()}, {_size(size)})"
+    size = f", {_size(len(payload))}" if isinstance(payload, bytes) else ""
+    return f"{part.get_filename() or '(unnamed)'} ({part.get_content_type()}{size})"
 
 
 def _size(n: int) -> str:

@@ -46,14 +46,20 @@ def _blocks(element: Any, prefix: str = "") -> Iterator[Block]:
         elif qname == (_TABLE, "table"):
             rows = []
             for row in _descendants(child, (_TABLE, "table-row")):
-                cells = [" ".join(teletype.extractText(c).split()) for c in row.childNodes
-                         if getattr(c, "qname", None) == (_TABLE, "table-cell")]
+                cells = [_cell_text(c) for c in row.childNodes if getattr(c, "qname", None) == (_TABLE, "table-cell")]
                 if any(cells):
                     rows.append(" | ".join(cells))
             if rows:
                 yield Block(text="\n".join(rows))
         elif qname is not None and child.childNodes:  # sections, lists, frames: their content counts
             yield from _blocks(child, prefix)
+
+
+def _cell_text(cell: Any) -> str:
+    """A table cell's paragraphs on one line (extractText would run them together: "cellscontain")."""
+    from odf import teletype
+
+    return " ".join(" ".join(teletype.extractText(p).split()) for p in _descendants(cell, (_TEXT, "p"))).strip()
 
 
 def _descendants(element: Any, qname: tuple[str, str]) -> Iterator[Any]:
