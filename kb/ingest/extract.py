@@ -58,6 +58,10 @@ SUPPORTED: dict[str, str] = {
     ".rtf": RTF,
 }
 SUPPORTED_HINT = "supported: " + ", ".join(SUPPORTED)
+SUPPORTED_KINDS = (  # the same list in words, for the upload form and the ingest command's help
+    "Markdown (.md), text (.txt), HTML, PDF (scans are read by OCR), Word (.docx), reStructuredText (.rst), "
+    "OpenDocument text (.odt), PowerPoint (.pptx), Excel (.xlsx), CSV, EPUB, e-mail (.eml) and RTF"
+)
 # ZIP packages, with what the user would call them in an error message.
 _ZIP_KINDS = {
     DOCX: "a Word .docx document",
