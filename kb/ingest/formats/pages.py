@@ -30,8 +30,9 @@ _ENDS_OPEN = re.compile(
     r"per|via))$",
     re.IGNORECASE,
 )
-_MIN_PAGES_FOR_RUNNING = 3
+_MIN_PAGES_FOR_RUNNING = 2
 _RUNNING_SHARE = 0.6
+_RUNNING_MAX_CHARS = 120  # headers and footers are short lines; a repeated paragraph is content
 
 
 def join_pages(texts: list[str]) -> tuple[str, tuple[Page, ...]]:
@@ -68,7 +69,7 @@ def _drop_running_lines(texts: list[str]) -> list[str]:
     pages = [t.strip("\n").split("\n") if t.strip() else [] for t in texts]
     for edge in (0, -1):
         with_text = [lines for lines in pages if lines]
-        shapes = Counter(_shape(lines[edge]) for lines in with_text)
+        shapes = Counter(_shape(lines[edge]) for lines in with_text if len(lines[edge]) <= _RUNNING_MAX_CHARS)
         running = {
             shape for shape, n in shapes.items()
             if len(with_text) >= _MIN_PAGES_FOR_RUNNING and n >= _RUNNING_SHARE * len(with_text)

@@ -108,7 +108,7 @@ def _inline(node: nodes.Node) -> str:
     from docutils import nodes
 
     if isinstance(node, nodes.Text):
-        return str(node)
+        return node.astext()  # not str(): that keeps docutils' NUL markers of backslash escapes
     if isinstance(node, nodes.problematic):
         raw = node.astext()
         if m := _ROLE.match(raw):
