@@ -123,9 +123,11 @@ def test_page_numbers_and_running_headers_are_dropped_but_page_spans_stay_exact(
     assert text.count("\n") == 3  # every page runs on into the next: single line breaks
 
 
-def test_two_pages_are_too_few_to_call_a_line_a_running_header() -> None:
-    text, _ = join_pages(["Introduction\nThe first page.", "Introduction\nThe second page."])
-    assert text.count("Introduction") == 2
+def test_a_header_repeated_on_both_pages_of_a_short_pdf_is_dropped_other_lines_kept() -> None:
+    text, _ = join_pages(["ACME handbook\nThe first page ends in the", "ACME handbook\nmiddle of a sentence."])
+    assert text == "The first page ends in the\nmiddle of a sentence."
+    text, _ = join_pages(["Introduction\nThe first page.", "Scope\nThe second page."])
+    assert text == "Introduction\nThe first page.\n\nScope\nThe second page."
 
 
 # --------------------------------------------------------------------------- OCR
