@@ -15,7 +15,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from kb.health import health_report
-from kb.ingest.extract import PDF
+from kb.ingest.extract import PDF, SUPPORTED, SUPPORTED_KINDS
 from kb.middleware import allow_remote_images
 from kb.models import Document
 from kb.selectors import (
@@ -131,6 +131,8 @@ def library(request: HttpRequest) -> HttpResponse:
             groups=Group.objects.order_by("name"),
             people=get_user_model().objects.filter(is_active=True).order_by("username"),
             max_upload_mb=settings.KB_MAX_UPLOAD_MB,
+            upload_accept=",".join(SUPPORTED),
+            upload_kinds=SUPPORTED_KINDS,
         )
     return render(request, "library.html", context)
 

@@ -17,9 +17,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from kb.ingest.extract import FRONT_MATTER, Extracted, Heading
+from kb.ingest.formats.pages import CONTINUES
 from kb.ingest.tokens import WINDOW, count_tokens
 
-PIPELINE_VERSION: int = 1
+PIPELINE_VERSION: int = 2  # 2: a chunk may cross a PDF page break where the text runs on
 
 MAX_TOKENS = 200  # budget for `text` (header + content): a safety margin under the 256 window
 OVERLAP_TOKENS = 24  # repeated between consecutive parts of one split section (whole sentences)
@@ -312,14 +313,13 @@ class _Cutter:
         )
 
     def _page_segments(self, start: int, end: int) -> Iterator[Span]:
-        """A chunk never spans two pages: cut the unit at page boundaries."""
-        if not self.pages:
-            yield start, end
-            return
-        for page in self.pages:
-            s, e = max(start, page.start), min(end, page.end)
-            if s < e:
-                yield s, e
+        """Cut the unit at page breaks between paragraphs; a sentence running across a page stays whole."""
+        bounds = [start]
+        for before, page in zip(self.pages, self.pages[1:]):
+            if start < page.start < end and self.text[before.end : page.start] != CONTINUES:
+                bounds.append(page.start)
+        bounds.append(end)
+        yield from ((s, e) for s, e in zip(bounds, bounds[1:]) if s < e)
 
     def _parts(self, header: str, start: int, end: int) -> list[Span]:
         """Spans of the parts of an over-budget segment, balanced and overlapping a little."""

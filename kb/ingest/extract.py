@@ -14,7 +14,7 @@ import io
 import logging
 import re
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import TYPE_CHECKING
@@ -24,13 +24,21 @@ if TYPE_CHECKING:  # parsers are imported where used: a Markdown upload need not
     from docx.table import Table
     from docx.text.paragraph import Paragraph
 
-EXTRACTOR_VERSION: int = 1
+EXTRACTOR_VERSION: int = 2  # 2: more formats; PDF pages joined where a sentence continues, page numbers dropped
 
 MARKDOWN = "text/markdown"
 PLAIN = "text/plain"
 HTML = "text/html"
 PDF = "application/pdf"
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+RST = "text/x-rst"
+ODT = "application/vnd.oasis.opendocument.text"
+PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+CSV = "text/csv"
+EPUB = "application/epub+zip"
+EML = "message/rfc822"
+RTF = "application/rtf"
 
 SUPPORTED: dict[str, str] = {
     ".md": MARKDOWN,
@@ -40,8 +48,29 @@ SUPPORTED: dict[str, str] = {
     ".htm": HTML,
     ".pdf": PDF,
     ".docx": DOCX,
+    ".rst": RST,
+    ".odt": ODT,
+    ".pptx": PPTX,
+    ".xlsx": XLSX,
+    ".csv": CSV,
+    ".epub": EPUB,
+    ".eml": EML,
+    ".rtf": RTF,
 }
-_SUPPORTED_HINT = "supported: .md, .txt, .html, .pdf, .docx"
+SUPPORTED_HINT = "supported: " + ", ".join(SUPPORTED)
+SUPPORTED_KINDS = (  # the same list in words, for the upload form and the ingest command's help
+    "Markdown (.md), text (.txt), HTML, PDF (scans are read by OCR), Word (.docx), reStructuredText (.rst), "
+    "OpenDocument text (.odt), PowerPoint (.pptx), Excel (.xlsx), CSV, EPUB, e-mail (.eml) and RTF"
+)
+# ZIP packages, with what the user would call them in an error message.
+_ZIP_KINDS = {
+    DOCX: "a Word .docx document",
+    ODT: "an OpenDocument text (.odt)",
+    PPTX: "a PowerPoint .pptx presentation",
+    XLSX: "an Excel .xlsx workbook",
+    EPUB: "an EPUB book",
+}
+_OLE2 = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # .doc/.xls/.ppt of Office 97-2003
 
 
 class UnsupportedFile(ValueError):
@@ -88,17 +117,30 @@ def detect_mime(*, filename: str, head: bytes) -> str:
     name = _display_name(filename)
     ext = PurePath(name).suffix.lower()
     if not ext:
-        raise UnsupportedFile(f"{name}: files without an extension are not supported ({_SUPPORTED_HINT})")
+        raise UnsupportedFile(f"{name}: files without an extension are not supported ({SUPPORTED_HINT})")
     mime = SUPPORTED.get(ext)
     if mime is None:
-        raise UnsupportedFile(f"{name}: {ext} files are not supported ({_SUPPORTED_HINT})")
+        raise UnsupportedFile(f"{name}: {ext} files are not supported ({SUPPORTED_HINT})")
     if mime == PDF:
         # The PDF spec tolerates a little junk before the header; real files put it first.
         if b"%PDF-" not in head[:1024]:
             raise UnsupportedFile(f"{name}: the file is not a PDF (it does not start with %PDF-)")
-    elif mime == DOCX:
+    elif mime in _ZIP_KINDS:
+        if head.startswith(_OLE2):
+            raise UnsupportedFile(
+                f"{name}: the file is an Office 97-2003 binary file, not {_ZIP_KINDS[mime]}; save it in the newer format"
+            )
         if not head.startswith(b"PK\x03\x04"):
-            raise UnsupportedFile(f"{name}: the file is not a Word .docx document (it is not a ZIP package)")
+            raise UnsupportedFile(f"{name}: the file is not {_ZIP_KINDS[mime]} (it is not a ZIP package)")
+    elif mime == RTF:
+        if not head.lstrip().startswith(b"{\\rtf"):
+            raise UnsupportedFile(f"{name}: the file is not RTF (it does not start with {{\\rtf)")
+    elif mime == EML:
+        # Mail bodies may be in any charset (8-bit Latin-1 is common): only binary data is refused here.
+        if head.startswith(_OLE2):
+            raise UnsupportedFile(f"{name}: the file is an Outlook .msg file, not an e-mail message; save it as .eml")
+        if b"\x00" in head:
+            raise UnsupportedFile(f"{name}: the file is not an e-mail message (it contains NUL bytes)")
     else:
         if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
             raise UnsupportedFile(f"{name}: the file is UTF-16 text; save it as UTF-8")
@@ -117,8 +159,13 @@ def detect_mime(*, filename: str, head: bytes) -> str:
 # --------------------------------------------------------------------------- extraction
 
 
-def extract(*, data: bytes, mime: str, filename: str) -> Extracted:
-    """Canonical text, headings and pages of one file. Raises ExtractionError (or UnsupportedFile)."""
+def extract(*, data: bytes, mime: str, filename: str, ocr: bool = False) -> Extracted:
+    """Canonical text, headings and pages of one file. Raises ExtractionError (or UnsupportedFile).
+
+    `ocr`: read PDF pages that have no text layer with OCR (slow: seconds per page).
+    """
+    from kb.ingest import formats  # the formats import this module's plumbing
+
     name = _display_name(filename)
     if mime == MARKDOWN:
         return _extract_text(_decode(data, name), markdown=True)
@@ -127,10 +174,24 @@ def extract(*, data: bytes, mime: str, filename: str) -> Extracted:
     if mime == HTML:
         return _extract_html(_decode(data, name))
     if mime == PDF:
-        return _extract_pdf(data, name)
+        return _extract_pdf(data, name, ocr=ocr)
     if mime == DOCX:
         return _extract_docx(data, name)
-    raise UnsupportedFile(f"{name}: {mime} files are not supported ({_SUPPORTED_HINT})")
+    if mime == CSV:
+        return formats.sheets.extract_csv(_decode(data, name), name)
+    if mime == RST:
+        return formats.rst.extract(_decode(data, name), name)
+    readers = {
+        ODT: formats.odt.extract,
+        PPTX: formats.slides.extract,
+        XLSX: formats.sheets.extract_xlsx,
+        EPUB: formats.epub.extract,
+        EML: formats.mail.extract,
+        RTF: formats.rtf.extract,
+    }
+    if mime in readers:
+        return readers[mime](data, name)
+    raise UnsupportedFile(f"{name}: {mime} files are not supported ({SUPPORTED_HINT})")
 
 
 def _display_name(filename: str) -> str:
@@ -257,13 +318,13 @@ def _clean_title(raw: str, *, atx: bool) -> str:
 
 
 @dataclass
-class _Block:
+class Block:
     text: str
     level: int = 0  # > 0 for a heading
     title: str = ""
 
 
-def _join_blocks(blocks: list[_Block]) -> tuple[str, tuple[Heading, ...]]:
+def join_blocks(blocks: list[Block]) -> tuple[str, tuple[Heading, ...]]:
     """Blank-line separated blocks; heading blocks become `#` lines whose offsets are recorded."""
     parts: list[str] = []
     headings: list[Heading] = []
@@ -282,8 +343,26 @@ def _join_blocks(blocks: list[_Block]) -> tuple[str, tuple[Heading, ...]]:
     return text, tuple(headings)
 
 
-def _heading_block(level: int, title: str) -> _Block:
-    return _Block(text=f"{'#' * level} {title}", level=level, title=title)
+def heading_block(level: int, title: str) -> Block:
+    return Block(text=f"{'#' * level} {title}", level=level, title=title)
+
+
+def from_blocks(blocks: list[Block], *, title: str | None, warnings: Iterable[str] = ()) -> Extracted:
+    """An unpaged document from its blocks; without a `title`, its first level-1 heading names it."""
+    text, headings = join_blocks(blocks)
+    title = " ".join((title or "").split()) or next((h.title for h in headings if h.level == 1), None)
+    return Extracted(text=text, headings=headings, pages=(), warnings=tuple(warnings), title=title)
+
+
+@contextlib.contextmanager
+def reading(name: str, kind: str) -> Iterator[None]:
+    """Turn whatever a parser library raises into one ExtractionError naming the file and its kind."""
+    try:
+        yield
+    except (ExtractionError, UnsupportedFile):
+        raise
+    except Exception as exc:  # libraries raise many types (BadZipFile, KeyError, lxml and XML errors...)
+        raise ExtractionError(f"{name}: cannot read {kind}: {exc or type(exc).__name__}") from exc
 
 
 # --------------------------------------------------------------------------- HTML
@@ -310,7 +389,7 @@ class _HtmlWriter:
     """
 
     def __init__(self) -> None:
-        self.blocks: list[_Block] = []
+        self.blocks: list[Block] = []
         self.buf: list[str] = []
         self.prefix = ""
         self.images: list[str] = []
@@ -331,22 +410,22 @@ class _HtmlWriter:
         para = re.sub(r" *\n *", "\n", re.sub(r" {2,}", " ", raw)).strip()
         para = re.sub(r"\n{2,}", "\n", para)
         if para:
-            self.blocks.append(_Block(text=self.prefix + para))
+            self.blocks.append(Block(text=self.prefix + para))
             self.prefix = ""
         for image in self.images:
-            self.blocks.append(_Block(text=image))
+            self.blocks.append(Block(text=image))
         self.images = []
 
     def heading(self, level: int, title: str) -> None:
         self.flush()
-        self.blocks.append(_heading_block(level, title))
+        self.blocks.append(heading_block(level, title))
 
     def pre(self, raw: str) -> None:
         self.flush()
         code = _newlines(raw).strip("\n").rstrip()
         code = re.sub(r"\n[ \t]*\n(?:[ \t]*\n)+", "\n\n", code)
         if code.strip():
-            self.blocks.append(_Block(text=code))
+            self.blocks.append(Block(text=code))
 
 
 def _extract_html(source: str) -> Extracted:
@@ -404,7 +483,7 @@ def _extract_html(source: str) -> Extracted:
             w.flush()
         stack.append((iter(list(child.contents)), child))
     w.flush()
-    text, headings = _join_blocks(w.blocks)
+    text, headings = join_blocks(w.blocks)
     page_title: str | None = None
     if soup.title is not None:
         page_title = " ".join(soup.title.get_text().split()) or None
@@ -440,8 +519,11 @@ def _quiet_pypdf() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def _extract_pdf(data: bytes, name: str) -> Extracted:
+def _extract_pdf(data: bytes, name: str, *, ocr: bool) -> Extracted:
     import pypdf
+
+    from kb.ingest.formats import ocr as ocr_reader
+    from kb.ingest.formats.pages import join_pages
 
     texts: list[str] = []
     warnings: list[str] = []
@@ -464,18 +546,21 @@ def _extract_pdf(data: bytes, name: str) -> Extracted:
         raise ExtractionError(f"{name}: cannot read PDF: {exc or type(exc).__name__}") from exc
     if not texts:
         raise ExtractionError(f"{name}: cannot read PDF: it has no pages")
-    pages: list[Page] = []
-    pos = 0
-    for number, page_text in enumerate(texts, start=1):
-        if number > 1:
-            pos += 2  # the "\n\n" joining pages
-        pages.append(Page(number=number, start=pos, end=pos + len(page_text)))
-        pos += len(page_text)
-        if not page_text.strip():
-            warnings.append(f"page {number} has no text layer")
-    text = "\n\n".join(texts)
-    assert all(text[p.start : p.end] == t for p, t in zip(pages, texts, strict=True))  # noqa: S101  (an invariant)
-    return Extracted(text=text, headings=(), pages=tuple(pages), warnings=tuple(warnings), title=title)
+    for index, page_text in enumerate(texts):
+        if page_text.strip():
+            continue
+        if not ocr:
+            warnings.append(f"page {index + 1} has no text layer")
+            continue
+        with reading(name, f"page {index + 1} by OCR"):
+            found = ocr_reader.read_page(data, index)
+        texts[index] = found.text
+        if found.text.strip():
+            warnings.append(f"page {index + 1} read by OCR (confidence {found.confidence:.2f})")
+        else:
+            warnings.append(f"page {index + 1} has no text layer and OCR found no text")
+    text, pages = join_pages(texts)
+    return Extracted(text=text, headings=(), pages=pages, warnings=tuple(warnings), title=title)
 
 
 def _pdf_title(raw: str) -> str | None:
@@ -500,7 +585,7 @@ def _extract_docx(data: bytes, name: str) -> Extracted:
             if "word/document.xml" not in package.namelist():
                 raise ExtractionError(f"{name}: cannot read DOCX: it is not a Word document (no word/document.xml)")
         document = docx.Document(io.BytesIO(data))
-        blocks: list[_Block] = []
+        blocks: list[Block] = []
         for item in document.iter_inner_content():
             if isinstance(item, Paragraph):
                 if block := _docx_paragraph(item):
@@ -513,26 +598,26 @@ def _extract_docx(data: bytes, name: str) -> Extracted:
         raise
     except Exception as exc:  # zipfile.BadZipFile, KeyError, lxml errors...
         raise ExtractionError(f"{name}: cannot read DOCX: {exc or type(exc).__name__}") from exc
-    text, headings = _join_blocks(blocks)
+    text, headings = join_blocks(blocks)
     title = " ".join((core_title or "").split()) or next((h.title for h in headings if h.level == 1), None)
     return Extracted(text=text, headings=headings, pages=(), warnings=(), title=title)
 
 
-def _docx_paragraph(paragraph: Paragraph) -> _Block | None:
+def _docx_paragraph(paragraph: Paragraph) -> Block | None:
     body = _newlines(paragraph.text).strip()
     if not body:
         return None
     style = (paragraph.style.name if paragraph.style is not None else "") or ""
     if style == "Title":
-        return _heading_block(1, " ".join(body.split()))
+        return heading_block(1, " ".join(body.split()))
     if m := re.fullmatch(r"Heading ([1-9])", style):
-        return _heading_block(int(m.group(1)), " ".join(body.split()))
+        return heading_block(int(m.group(1)), " ".join(body.split()))
     if style.startswith("List"):
         body = "- " + body
-    return _Block(text=re.sub(r"\n{2,}", "\n", body))
+    return Block(text=re.sub(r"\n{2,}", "\n", body))
 
 
-def _docx_table(table: Table) -> _Block | None:
+def _docx_table(table: Table) -> Block | None:
     rows: list[str] = []
     for row in table.rows:
         cells: list[str] = []
@@ -544,4 +629,4 @@ def _docx_table(table: Table) -> _Block | None:
             cells.append(" ".join(cell.text.split()))
         if any(cells):
             rows.append(" | ".join(cells))
-    return _Block(text="\n".join(rows)) if rows else None
+    return Block(text="\n".join(rows)) if rows else None

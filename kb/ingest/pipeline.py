@@ -76,7 +76,9 @@ def ingest(document_id: int) -> str:
     try:
         with document.file.open("rb") as handle:
             data = handle.read()
-        extracted = extract.extract(data=data, mime=document.mime_type, filename=document.filename)
+        extracted = extract.extract(
+            data=data, mime=document.mime_type, filename=document.filename, ocr=settings.KB_OCR_ENABLED
+        )
         del data
         if not extracted.text.strip():
             raise StageFailed("no text could be extracted" + (f" ({'; '.join(extracted.warnings)})" if extracted.warnings else ""))

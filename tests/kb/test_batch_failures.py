@@ -62,3 +62,34 @@ def test_bad_files_fail_alone_with_specific_reasons(db: None, batch: Path) -> No
     for name in ("returns.md", "holidays.html"):
         document = Document.objects.get(filename=name)
         assert document.status == Document.Status.READY and document.chunks.exists()
+
+
+def test_real_files_of_every_new_format_are_indexed_and_broken_ones_fail_alone(db: None, tmp_path: Path) -> None:
+    import shutil
+
+    from tests.kb.test_formats import FIXTURES, MEMO_RTF, epub_book, truncated
+
+    good = sorted(p.name for p in FIXTURES.iterdir() if p.suffix != ".md" and p.name != "docutils-utf-16.csv")
+    for name in good:
+        shutil.copy(FIXTURES / name, tmp_path / name)
+    (tmp_path / "manual.epub").write_bytes(epub_book())
+    (tmp_path / "memo.rtf").write_bytes(MEMO_RTF)
+    broken = {
+        "half.pptx": (truncated("python-pptx-test-slides.pptx"), "cannot read PowerPoint presentation"),
+        "half.xlsx": (truncated("tablib-founders.xlsx"), "cannot read Excel workbook"),
+        "half.odt": (truncated("docutils-odt-tables.odt"), "cannot read OpenDocument text"),
+        "half.epub": (epub_book()[:2000], "cannot read EPUB"),
+        "half.rtf": (MEMO_RTF[:90], "truncated or damaged"),
+        "words.eml": (b"no headers here\n", "no From, To, Subject or Date header"),
+        "wide.csv": ((FIXTURES / "docutils-utf-16.csv").read_bytes(), "UTF-16 text; save it as UTF-8"),
+    }
+    for name, (data, _) in broken.items():
+        (tmp_path / name).write_bytes(data)
+    summary = ingest_paths([tmp_path], sync=True)
+    assert sorted(Path(n).name for n in summary.ready) == sorted([*good, "manual.epub", "memo.rtf"])
+    reasons = {Path(line.split(": ", 1)[0]).name: line.split(": ", 1)[1] for line in summary.failed}
+    assert set(reasons) == set(broken)
+    for name, (_, reason) in broken.items():
+        assert reason in reasons[name], (name, reasons[name])
+    slides = Document.objects.get(filename="python-pptx-test-slides.pptx")
+    assert [c.breadcrumb for c in slides.chunks.all()][0].endswith("Slide 1")

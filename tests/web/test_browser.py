@@ -220,6 +220,19 @@ def test_a_pdf_passage_links_to_its_page_of_the_original(open_page: Any, people:
     assert response.body().startswith(b"%PDF")
 
 
+def test_a_passage_across_a_page_break_is_highlighted_on_both_pages(open_page: Any, people: dict[str, Any]) -> None:
+    from tests.kb.test_pdf_pages import ANSWER, answer_across_a_page_break
+
+    document = make_document(answer_across_a_page_break(), "handbook.pdf")
+    chunk = next(c for c in document.chunks.order_by("ordinal") if ANSWER in " ".join(c.content.split()))
+    page = open_page(people["carol"])
+    page.goto(f"/documents/{document.pk}/#char={chunk.start},{chunk.end}&page={chunk.page}")
+    page.wait_for_selector("#doc-text mark.hl")
+    assert text_of_marks(page) == chunk.content
+    assert page.locator("#page-1 mark.hl").count() and page.locator("#page-2 mark.hl").count()
+    assert "on pages 1–2" in page.locator("#passage-label").inner_text()
+
+
 def test_hostile_documents_render_inert(open_page: Any, people: dict[str, Any]) -> None:
     markdown = make_document(HOSTILE_MD, "release-notes.md")
     html = make_document(HOSTILE_HTML, "hostile.html")

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from kb.ingest.batch import expand_paths, ingest_paths, resolve_access
+from kb.ingest.extract import SUPPORTED, SUPPORTED_KINDS
 
 
 def _names(value: str) -> list[str]:
@@ -14,7 +15,10 @@ def _names(value: str) -> list[str]:
 
 
 class Command(BaseCommand):
-    help = "Upload and index files or folders; prints a summary with the reason for every failure."
+    help = (
+        "Upload and index files or folders; prints a summary with the reason for every failure. "
+        f"Types: {SUPPORTED_KINDS} ({', '.join(SUPPORTED)}); any other file is reported as unsupported."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("paths", nargs="+", type=Path)

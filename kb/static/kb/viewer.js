@@ -126,9 +126,12 @@
       return;
     }
     var page = target.page || pageOf(marks[0]);
+    // A passage may run on across a page break: name both pages then.
+    var last = pageOf(marks[marks.length - 1]);
+    var where = !page ? "" : last && last !== page ? " on pages " + page + "–" + last : " on page " + page;
     if (bar) {
       bar.hidden = false;
-      label.textContent = "Showing the cited passage" + (page ? " on page " + page : "") + ".";
+      label.textContent = "Showing the cited passage" + where + ".";
     }
     pointPdfLink(page);
     reveal(smooth);

@@ -1,0 +1,23 @@
+"""RTF through striprtf: plain text, headings found like in a plain-text file."""
+
+from __future__ import annotations
+
+from kb.ingest.extract import PLAIN, Extracted, ExtractionError, extract as extract_any, reading
+
+
+def extract(data: bytes, name: str) -> Extracted:
+    from striprtf.striprtf import rtf_to_text
+
+    # RTF is 7-bit: other characters come as \'hh escapes in the document's code page.
+    source = data.decode("latin-1")
+    depth = 0
+    for char in source:  # a truncated or damaged file leaves groups open; its text would be partial
+        depth += (char == "{") - (char == "}")
+        if depth < 0:
+            break
+    if depth != 0:
+        raise ExtractionError(f"{name}: cannot read RTF: the file is truncated or damaged (unbalanced braces)")
+    with reading(name, "RTF"):
+        text = rtf_to_text(source, errors="replace")
+    extracted = extract_any(data=text.encode("utf-8"), mime=PLAIN, filename=name)
+    return extracted
