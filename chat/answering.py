@@ -20,6 +20,7 @@ from chat.backends import Backend, BackendError, get_backend
 from chat.citations import CitationFilter, render_html
 from chat.events import CitationPayload, Timings
 from chat.prompts import Source, build_prompt
+from chat.support import unsupported_claims
 from kb.models import Document
 from search.retrieval import Hit, SearchOptions, SearchResult, hybrid_search, reassemble
 
@@ -102,6 +103,20 @@ def answer_stream(
     started = time.perf_counter()
     yield {"type": "status", "state": "retrieving"}
     result = hybrid_search(user=user, query=question, options=options)
+    yield from answer_events(user=user, question=question, result=result, started=started, earlier=earlier,
+                             backend=backend)
+
+
+def answer_events(
+    *,
+    user: Any,
+    question: str,
+    result: SearchResult,
+    started: float,
+    earlier: Sequence[str] = (),
+    backend: Backend | None = None,
+) -> Iterator[dict[str, Any]]:
+    """`answer_stream` after retrieval: refusal or generation from `result` (evaluation reuses one search)."""
     retrieval_ms = _elapsed(started)
     timings: Timings = {"retrieval_ms": retrieval_ms, "first_token_ms": None, "total_ms": None}
     facts = {"intent": result.intent, "nearest_distance": result.nearest_distance, "threshold": result.threshold}
@@ -155,9 +170,11 @@ def answer_stream(
     by_number = {s.number: s for s in sources}
     cited = [by_number[n] for n in sorted(stream.cited)]
     yield {"type": "citations", "citations": [citation_payload(s) for s in cited]}
+    unsupported = unsupported_claims(stream.text, {s.number: s.text for s in cited})
     timings["total_ms"] = _elapsed(started)
     yield {
-        "type": "done", "text": stream.text, "html": render_html(stream.text, {s.number: s for s in cited}),
+        "type": "done", "text": stream.text,
+        "html": render_html(stream.text, {s.number: s for s in cited}, unsupported=unsupported),
         "intent": prompt.intent, "backend": backend.name, "model": backend.model, "notice": backend.notice,
-        "timings": timings,
+        "timings": timings, "unsupported": unsupported,
     }

@@ -15,8 +15,8 @@ citations the reader may see become links to the server's locators; nothing else
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from django.utils.html import escape, format_html
 
@@ -174,9 +174,31 @@ class Linkable(Protocol):
     def label(self) -> str: ...
 
 
-def render_html(text: str, citations: Mapping[int, Linkable]) -> str:
-    """Safe HTML for an answer: escaped text, [n] linked to the server's locator, code spans inert."""
-    html: str = escape(text)
+# Private-use characters mark where an unsupported sentence starts and ends while the text is
+# escaped and linked; no answer keeps them (they are removed from the text first).
+_OPEN, _CLOSE, _END = "\ue000", "\ue001", "\ue002"
+_NOTE = re.compile(f"{_CLOSE}([0-9,]*){_END}")
+
+
+def _mark_unsupported(text: str, unsupported: Sequence[Mapping[str, Any]]) -> str:
+    text = text.translate({ord(_OPEN): None, ord(_CLOSE): None, ord(_END): None})
+    for claim in sorted(unsupported, key=lambda c: -c["start"]):
+        a, b = claim["start"], claim["end"]
+        numbers = ",".join(str(n) for n in claim["numbers"])
+        text = f"{text[:a]}{_OPEN}{text[a:b]}{_CLOSE}{numbers}{_END}{text[b:]}"
+    return text
+
+
+def _note(match: re.Match[str]) -> str:
+    sources = " ".join(f"[{n}]" for n in match.group(1).split(",") if n)
+    return str(format_html('</span> <small class="unsupported-note">not found in source {}</small>', sources))
+
+
+def render_html(text: str, citations: Mapping[int, Linkable],
+                unsupported: Sequence[Mapping[str, Any]] = ()) -> str:
+    """Safe HTML for an answer: escaped text, [n] linked to the server's locator, code spans inert, and each
+    unsupported sentence (chat.support) underlined subtly with "not found in source [n]" after it."""
+    html: str = escape(_mark_unsupported(text, unsupported))
 
     def marker(match: re.Match[str]) -> str:
         citation = citations.get(int(match.group(1)))
@@ -192,5 +214,7 @@ def render_html(text: str, citations: Mapping[int, Linkable]) -> str:
 
     html = CODE_SPAN.sub(code, html)
     html = HTML_MARKER.sub(marker, html)
+    html = html.replace(_OPEN, '<span class="unsupported" title="The cited source does not say this">')
+    html = _NOTE.sub(_note, html)
     paragraphs = [p.strip() for p in re.split(r"\n\s*\n", html) if p.strip()]
     return "".join(f"<p>{p.replace(chr(10), '<br>')}</p>" for p in paragraphs)

@@ -29,7 +29,7 @@ from urllib.parse import quote, urlencode
 from django.conf import settings
 from django.db import connection
 
-from search.evaluation import metrics
+from search.evaluation import answers, metrics
 from search.retrieval import SearchOptions
 
 Log = Callable[[str], None]
@@ -155,21 +155,29 @@ def database_url(server: Mapping[str, Any], name: str) -> str:
 
 
 @contextmanager
-def scratch_database(server: Mapping[str, Any]) -> Iterator[str]:
-    """Create an empty database on `server` and drop it on the way out, even after a failure."""
+def scratch_database(server: Mapping[str, Any], *, keep: str | None = None) -> Iterator[str]:
+    """Create an empty database on `server` and drop it on the way out, even after a failure.
+
+    With `keep`, the database is named after it, created only when missing, and kept for the next run.
+    """
     import psycopg
     from psycopg import sql
 
-    name = f"kb_eval_{secrets.token_hex(6)}"
+    name = f"kb_eval_keep_{keep}" if keep else f"kb_eval_{secrets.token_hex(6)}"
     params = _server_params(server)
     try:
         with psycopg.connect(**params, autocommit=True, connect_timeout=10) as admin:
-            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            exists = keep and admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+            if not exists:
+                admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     except psycopg.Error as exc:
         raise EvaluationError(
             f"cannot create the scratch database {name} on the knowledge base's server: {exc}".strip()
             + " (the database role needs CREATEDB, and the server the vector and pg_trgm extensions)"
         ) from None
+    if keep:
+        yield name
+        return
     try:
         yield name
     finally:
@@ -178,11 +186,13 @@ def scratch_database(server: Mapping[str, Any]) -> Iterator[str]:
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
-def run_isolated(*, eval_dir: Path, overrides: Sequence[str], log: Log) -> dict[str, Any]:
+def run_isolated(*, eval_dir: Path, overrides: Sequence[str], log: Log, answers: str | None = None,
+                 reuse_index: str | None = None) -> dict[str, Any]:
     """Index and query `eval_dir` in a scratch database; returns the inner run's results."""
     started = time.perf_counter()
-    with scratch_database(connection.settings_dict) as name, tempfile.TemporaryDirectory(prefix="kb-eval-") as tmp:
-        log(f"scratch database {name} (dropped at the end)")
+    with (scratch_database(connection.settings_dict, keep=reuse_index) as name,
+          tempfile.TemporaryDirectory(prefix="kb-eval-") as tmp):
+        log(f"scratch database {name} " + ("(kept for the next run)" if reuse_index else "(dropped at the end)"))
         out = Path(tmp) / "results.json"
         media = Path(tmp) / "media"
         env = dict(os.environ)
@@ -196,6 +206,10 @@ def run_isolated(*, eval_dir: Path, overrides: Sequence[str], log: Log) -> dict[
         command = [sys.executable, str(settings.BASE_DIR / "manage.py"), "evaluate", str(eval_dir), "--inner", str(out)]
         for pair in overrides:
             command += ["--set", pair]
+        if answers:
+            command += ["--answers", "--backend", answers]
+        if reuse_index:
+            command += ["--reuse-index", reuse_index]
         # The child reports progress on stderr, which it shares with us.
         child = subprocess.run(command, env=env, cwd=settings.BASE_DIR, stdout=subprocess.PIPE, text=True)
         if child.returncode != 0 or not out.exists():
@@ -295,8 +309,58 @@ def _queries(eval_set: EvalSet, evaluator: str) -> list[dict[str, Any]]:
     return out
 
 
-def run_inner(*, eval_set: EvalSet, overrides: Mapping[str, Any], log: Log) -> dict[str, Any]:
-    """Migrate the (empty, scratch) database, build the index, run every query. Never call it on a live database."""
+def _answer(*, user: Any, query: str, result: Any, started: float, backend: Any,
+            paths: Mapping[int, str]) -> dict[str, Any]:
+    """The answer /api/ask would give from this search result (chat.answering), as the dump records it.
+
+    `quotes` (the cited sources' text) and the support counts are for scoring; the dump leaves them out.
+    """
+    from chat.answering import answer_events
+    from chat.support import cited_sentences
+
+    answer: dict[str, Any] = {"text": "", "refused": False, "citations": [], "first_token_ms": None}
+    quotes: list[str] = []
+    for event in answer_events(user=user, question=query, result=result, started=started, backend=backend):
+        kind = event["type"]
+        if kind == "refused":
+            answer.update(text=event["text"], refused=True, reason=event["reason"])
+        elif kind == "citations":
+            answer["citations"] = [{"n": c["number"], "doc": paths[c["document_id"]], "start": c["start"],
+                                    "end": c["end"]} for c in event["citations"]]
+            quotes = [c["quote"] for c in event["citations"]]
+        elif kind == "done":
+            answer.update(text=event["text"], first_token_ms=event["timings"]["first_token_ms"],
+                          cited_sentences=len(cited_sentences(event["text"])),
+                          unsupported=[c["sentence"] for c in event["unsupported"]])
+        elif kind == "error":
+            answer.update(error=event["error"])
+    answer["quotes"] = quotes
+    answer["ms"] = (time.perf_counter() - started) * 1000
+    return answer
+
+
+def _existing_index(evaluator: str) -> dict[str, Any] | None:
+    """People and ingestion summary of an index a previous --reuse-index run built here, or None."""
+    from django.contrib.auth.models import User
+    from django.db.utils import ProgrammingError
+
+    try:
+        if not User.objects.filter(username=evaluator).exists():
+            return None
+    except ProgrammingError:  # not migrated yet
+        return None
+    people = {u.username: u for u in User.objects.all()}
+    ready = list(_doc_paths().values())
+    return {"people": people, "ingest": {"ready": ready, "failed": [], "unchanged": [], "pending": []}}
+
+
+def run_inner(*, eval_set: EvalSet, overrides: Mapping[str, Any], log: Log, answers: str | None = None,
+              reuse: bool = False) -> dict[str, Any]:
+    """Migrate the (empty, scratch) database, build the index, run every query. Never call it on a live database.
+
+    `answers`: also answer every query with that generation backend. `reuse`: the database holds an index an
+    earlier run of this set built; only the queries run again.
+    """
     from django.core.management import call_command
 
     from accounts.acl import visible_documents
@@ -308,9 +372,14 @@ def run_inner(*, eval_set: EvalSet, overrides: Mapping[str, Any], log: Log) -> d
     timings["migrate_s"] = time.perf_counter() - started
 
     evaluator = evaluator_name(eval_set.acl)
-    people = _create_people(eval_set, evaluator)
+    existing = _existing_index(evaluator) if reuse else None
     started = time.perf_counter()
-    ingest = _ingest(eval_set, log)
+    if existing:
+        log("reusing the index built by an earlier run")
+        people, ingest = existing["people"], existing["ingest"]
+    else:
+        people = _create_people(eval_set, evaluator)
+        ingest = _ingest(eval_set, log)
     timings["ingest_s"] = time.perf_counter() - started
     paths = _doc_paths()
     chunks = _chunks(paths)
@@ -320,10 +389,17 @@ def run_inner(*, eval_set: EvalSet, overrides: Mapping[str, Any], log: Log) -> d
     queries = _queries(eval_set, evaluator)
     records, outside_acl = [], 0
     started = time.perf_counter()
+    backend = None
+    if answers:
+        from chat.backends import get_backend
+
+        backend = get_backend(answers)
     for i, query in enumerate(queries, 1):
         began = time.perf_counter()
         result = hybrid_search(user=people[query["user"]], query=query["query"], options=options)
         elapsed = (time.perf_counter() - began) * 1000
+        answer = (_answer(user=people[query["user"]], query=query["query"], result=result, started=began,
+                          backend=backend, paths=paths) if backend else None)
         outside_acl += sum(1 for hit in result.hits if hit.document_id not in visible[query["user"]])
         hits = []
         for rank, hit in enumerate(result.hits, 1):
@@ -336,7 +412,7 @@ def run_inner(*, eval_set: EvalSet, overrides: Mapping[str, Any], log: Log) -> d
             hits.append(line)
         records.append({
             **query, "intent": result.intent, "refused": not result.answerable, "hits": hits,
-            "nearest": result.nearest_distance, "ms": elapsed,
+            "nearest": result.nearest_distance, "ms": elapsed, **({"answer": answer} if answer else {}),
         })
         if i % 25 == 0 or i == len(queries):
             log(f"queried {i}/{len(queries)}")
@@ -345,6 +421,7 @@ def run_inner(*, eval_set: EvalSet, overrides: Mapping[str, Any], log: Log) -> d
         "evaluator": evaluator,
         "options": asdict(options),
         "overrides": dict(overrides),
+        "backend": backend.name if backend else None,
         "ingest": ingest,
         "records": records,
         "chunks": chunks,
@@ -370,6 +447,10 @@ def score(eval_set: EvalSet, run: Mapping[str, Any]) -> dict[str, Any]:
     }
     figures["ingest"] = dict(run["ingest"])
     figures["leaks"]["outside_db_acl"] = run["outside_acl"]
+    if run.get("backend"):
+        figures["answers"] = answers.score_answers(questions=eval_set.questions, ood=eval_set.ood,
+                                                   records=run["records"])
+        figures["answers"]["backend"] = run["backend"]
     return figures
 
 
@@ -394,6 +475,11 @@ def query_summaries(eval_set: EvalSet, run: Mapping[str, Any], figures: Mapping[
             summary.update(must_find=must_find, leaks=leaks_by_case[record["id"]],
                            refusal_correct=record["refused"] if must_find is None else not record["refused"])
         summary["docs"] = [h["doc"] for h in record["hits"]]
+        if "answer" in record:
+            summary["answer"] = _dump_answer(record["answer"])
+            summary["answer"].update(first_token_ms=record["answer"]["first_token_ms"],
+                                     unsupported=record["answer"].get("unsupported", []),
+                                     **figures.get("answers", {}).get("per_question", {}).get(record["id"], {}))
         out.append(summary)
     return out
 
@@ -412,8 +498,16 @@ def dump_lines(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         line = {k: record[k] for k in DUMP_KEYS if k != "hits"}
         line["hits"] = [{**{k: h[k] for k in HIT_KEYS}, **({"passed": True} if h.get("passed") else {})}
                         for h in record["hits"]]
+        if "answer" in record:
+            line["answer"] = _dump_answer(record["answer"])
         lines.append(line)
     return lines
+
+
+def _dump_answer(answer: Mapping[str, Any]) -> dict[str, Any]:
+    """The dump's answer: what a reader got, with the citations' locators (no scoring aids)."""
+    return {"text": answer["text"], "refused": answer["refused"],
+            "citations": [dict(c) for c in answer["citations"]]}
 
 
 def write_dump(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
@@ -443,7 +537,9 @@ def report_json(eval_set: EvalSet, run: Mapping[str, Any], figures: Mapping[str,
         "evaluator": run["evaluator"],
         "options": run["options"],
         "overrides": run["overrides"],
-        "figures": {k: v for k, v in figures.items() if k != "ranks"},
+        "figures": {k: v for k, v in figures.items() if k != "ranks"}
+        | ({"answers": {k: v for k, v in figures["answers"].items() if k != "per_question"}}
+           if "answers" in figures else {}),
         "records": query_summaries(eval_set, run, figures),
     }
 
@@ -521,6 +617,8 @@ def render_table(figures: Mapping[str, Any], *, title: str) -> str:
         f"Permission leaks over every query: {leaks['total']} in {leaks['hits_checked']} hits ({by_set}); "
         f"hits outside the user's readable documents in the database: {leaks['outside_db_acl']}",
     ]
+    if "answers" in figures:
+        lines += answers.render_answers(figures["answers"], backend=figures["answers"]["backend"])
     tm = figures["timings"]
     lines += [
         "",

@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from chat import conf
 from search.evaluation import metrics, runner
 from search.evaluation.runner import EvaluationError
 
@@ -27,12 +29,20 @@ class Command(BaseCommand):
                             help="Override a retrieval setting for this run, e.g. threshold=0.5 or rerank=false")
         parser.add_argument("--compare", nargs=2, type=Path, metavar=("A.json", "B.json"),
                             help="Paired sign test of two earlier --json runs (no EVAL_DIR needed)")
+        parser.add_argument("--answers", action="store_true",
+                            help="Also answer every query (chat.answering, as /api/ask does) and score the answers")
+        parser.add_argument("--backend", help="The answer backend for --answers (default: KB_ANSWER_BACKEND)")
+        parser.add_argument("--reuse-index", metavar="NAME",
+                            help="Keep the scratch database as kb_eval_keep_NAME and reuse its index on the next "
+                                 "run with this NAME (only the queries run again; use a new NAME after changing "
+                                 "ingestion or the set)")
         # The child process that works inside the scratch database; not for people.
         parser.add_argument("--inner", type=Path, help=argparse.SUPPRESS)
 
     def handle(self, *args: Any, eval_dir: Path | None, json_out: Path | None, dump: Path | None,
                chunks: Path | None, plot: Path | None, overrides: list[str], compare: list[Path] | None,
-               inner: Path | None, **options: Any) -> str:
+               inner: Path | None, answers: bool, backend: str | None, reuse_index: str | None,
+               **options: Any) -> str:
         try:
             if compare:
                 return self._compare(*compare)
@@ -42,11 +52,16 @@ class Command(BaseCommand):
             eval_set = runner.load_set(eval_dir)
             if plot:
                 _plotting_available()  # before minutes of indexing, not after
+            backend_name = (backend or conf.answer_backend()) if answers else None
+            if reuse_index and not re.fullmatch(r"[a-z0-9_]{1,30}", reuse_index):
+                raise CommandError(f"--reuse-index {reuse_index!r}: use 1-30 lower-case letters, digits or _")
             if inner is not None:
-                run = runner.run_inner(eval_set=eval_set, overrides=parsed, log=self._log)
+                run = runner.run_inner(eval_set=eval_set, overrides=parsed, log=self._log, answers=backend_name,
+                                       reuse=bool(reuse_index))
                 inner.write_text(json.dumps(run, ensure_ascii=False), encoding="utf-8")
                 return ""
-            run = runner.run_isolated(eval_dir=eval_dir, overrides=overrides, log=self._log)
+            run = runner.run_isolated(eval_dir=eval_dir, overrides=overrides, log=self._log, answers=backend_name,
+                                      reuse_index=reuse_index)
         except EvaluationError as exc:
             raise CommandError(str(exc)) from None
 

@@ -1,0 +1,104 @@
+"""Answer arithmetic for `evaluate --answers`: does the answer a person reads hold the answer?
+
+Pure Python on the run's records, like search.evaluation.metrics. Definitions:
+
+- *needle in answer*: the answer text, with its [n] markers removed and whitespace
+  normalised, contains the whole needle sentence. The extractive answer cites before the
+  closing full stop ("… balance sheet [2]."), so the markers must go before matching.
+- *needle's passage cited*: one of the answer's citations quotes a passage holding the needle.
+- *cited sentences supported*: chat.support's rule over every sentence carrying [n]
+  (pooled over all answers).
+- *refusal*: the share of answerable (in-domain) and out-of-domain questions refused.
+- *time to first token*: from the start of retrieval to the first piece of answer text.
+- *mean length*: characters of the answers given (refusals left out), markers included.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from search.evaluation.metrics import normalize, percentile, rate
+
+MARKERS = re.compile(r"\s*\[\d{1,3}\]")
+
+
+def answer_plain(text: str) -> str:
+    """The answer as a reader reads it for matching: markers out, whitespace normalised."""
+    return normalize(MARKERS.sub("", text))
+
+
+def holds_needle(text: str, needle: str) -> bool:
+    return normalize(needle) in answer_plain(text)
+
+
+def passage_cited(quotes: Sequence[str], needle: str) -> bool:
+    wanted = normalize(needle)
+    return any(wanted in normalize(q) for q in quotes)
+
+
+def _slice(flags: Sequence[bool]) -> dict[str, Any]:
+    return rate(sum(flags), len(flags))
+
+
+def score_answers(*, questions: Sequence[Mapping[str, Any]], ood: Sequence[Mapping[str, Any]],
+                  records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The --answers figures; `records` are the run's records carrying `answer`."""
+    by_id = {r["id"]: r for r in records if r["set"] in ("questions", "ood") and "answer" in r}
+    per_question: dict[str, dict[str, bool]] = {}
+    for q in questions:
+        answer = by_id[q["id"]]["answer"]
+        per_question[q["id"]] = {
+            "needle": not answer["refused"] and holds_needle(answer["text"], q["needle"]),
+            "cited": passage_cited(answer.get("quotes", []), q["needle"]),
+            "refused": answer["refused"],
+        }
+    slices: dict[str, list[Mapping[str, Any]]] = {"all": list(questions)}
+    for key in ("phrasing", "intent"):
+        for q in questions:
+            slices.setdefault(f"{key}={q[key]}", []).append(q)
+    answered = [r["answer"] for r in by_id.values() if not r["answer"]["refused"] and r["answer"]["text"]]
+    ttft = [a["first_token_ms"] for a in answered if a.get("first_token_ms") is not None]
+    cited_sentences = sum(a.get("cited_sentences", 0) for a in answered)
+    unsupported = sum(len(a.get("unsupported", [])) for a in answered)
+    return {
+        "slices": {
+            name: {
+                "n": len(qs),
+                "needle": _slice([per_question[q["id"]]["needle"] for q in qs]),
+                "cited": _slice([per_question[q["id"]]["cited"] for q in qs]),
+            }
+            for name, qs in slices.items()
+        },
+        "supported": rate(cited_sentences - unsupported, cited_sentences),
+        "in_domain_refused": _slice([per_question[q["id"]]["refused"] for q in questions]),
+        "ood_refused": _slice([by_id[q["id"]]["answer"]["refused"] for q in ood]),
+        "errors": sum(1 for r in by_id.values() if r["answer"].get("error")),
+        "mean_chars": sum(len(a["text"]) for a in answered) / len(answered) if answered else 0.0,
+        "first_token_p50_ms": percentile(ttft, 50) if ttft else None,
+        "first_token_p95_ms": percentile(ttft, 95) if ttft else None,
+        "per_question": per_question,
+    }
+
+
+def render_answers(figures: Mapping[str, Any], *, backend: str) -> list[str]:
+    """The answer block of the printed report."""
+    def cell(r: Mapping[str, Any]) -> str:
+        return f"{r['count']:>3}/{r['n']:<3} {r['rate']:.3f} [{r['ci'][0]:.2f},{r['ci'][1]:.2f}]"
+
+    lines = ["", f"Answers ({backend} backend): needle = the answer text holds the whole needle sentence; "
+                 "cited = a citation quotes the needle's passage",
+             f"{'slice':<20}{'n':>5}  {'needle in answer':<28}passage cited"]
+    for name, block in figures["slices"].items():
+        lines.append(f"{name:<20}{block['n']:>5}  {cell(block['needle']):<28}{cell(block['cited'])}")
+    s = figures["supported"]
+    p50, p95 = figures["first_token_p50_ms"], figures["first_token_p95_ms"]
+    lines += [
+        f"cited sentences supported by their quote: {cell(s)}",
+        f"in-domain refused {cell(figures['in_domain_refused'])} · out-of-domain refused "
+        f"{cell(figures['ood_refused'])} · errors {figures['errors']}",
+        f"mean answer length {figures['mean_chars']:.0f} characters · time to first token "
+        + (f"p50 {p50:.0f} ms / p95 {p95:.0f} ms" if p50 is not None else "n/a"),
+    ]
+    return lines
