@@ -68,7 +68,9 @@ def principals_common(first: list[str], second: list[str]) -> list[str]:
 
 
 def principals_admit(principals: list[str] | None, user: Any) -> bool:
-    return bool(principals) and not set(principals).isdisjoint(user_principals(user))
+    if not principals:
+        return False
+    return not set(principals).isdisjoint(user_principals(user))
 
 
 @transaction.atomic

@@ -39,7 +39,7 @@ def user_sockets_close(user_id: int, *, code: int) -> None:
         return
     event: UserEndEvent = {"type": "user.end", "code": code}
     try:
-        async_to_sync(layer.group_send)(user_group(user_id), event)
+        async_to_sync(layer.group_send)(user_group(user_id), dict(event))
     except Exception:  # Redis down: the logout must still succeed (and no live event reaches those sockets)
         log.error("could not close the open sockets of user %s", user_id, exc_info=True)
 

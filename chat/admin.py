@@ -19,7 +19,7 @@ class ReadableRowsMixin:
     message_lookup = "message"  # the path from this admin's model to its Message
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        queryset = super().get_queryset(request)  # type: ignore[misc]
+        queryset: QuerySet[Any] = super().get_queryset(request)  # type: ignore[misc]
         if request.user.is_superuser:
             return queryset
         return queryset.filter(**{f"{self.message_lookup}__in": messages_readable(request.user)})

@@ -38,7 +38,8 @@ class FolderAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Folder]:
         """Staff who are not superusers see only folders they may read, counting only documents they may read."""
         if request.user.is_superuser:
-            return super().get_queryset(request).annotate(n_documents=Count("documents"))
+            folders: QuerySet[Folder] = super().get_queryset(request)
+            return folders.annotate(n_documents=Count("documents"))
         readable = Q(documents__acl__overlap=user_principals(request.user))
         return visible_folders(request.user).annotate(n_documents=Count("documents", filter=readable))
 
@@ -55,10 +56,10 @@ class FolderAdmin(admin.ModelAdmin):
 class VisibleFolderFilter(admin.RelatedFieldListFilter):
     """The folder filter names only folders the staff user may see (superusers: all)."""
 
-    def field_choices(self, field: Any, request: HttpRequest, model_admin: Any) -> list[tuple[Any, str]]:
+    def field_choices(self, field: Any, request: HttpRequest, model_admin: Any) -> Any:
         if request.user.is_superuser:
             return super().field_choices(field, request, model_admin)
-        return [(f.pk, str(f)) for f in visible_folders(request.user).order_by("name")]
+        return [(str(f.pk), str(f)) for f in visible_folders(request.user).order_by("name")]
 
 
 class StaleFilter(admin.SimpleListFilter):

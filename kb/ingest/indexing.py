@@ -68,7 +68,7 @@ def replace_chunks(
     )
     # Counts come from what was stored, not from what the pipeline meant to store.
     stored = Chunk.objects.filter(document=locked).aggregate(n=Count("pk"), total=Sum("tokens"), top=Max("tokens"))
-    version = current_index_version()
+    stamp = current_index_version()
     Document.objects.filter(pk=locked.pk).update(
         status=Document.Status.READY,
         acl=acl,
@@ -80,10 +80,10 @@ def replace_chunks(
         chunk_count=stored["n"] or 0,
         token_total=stored["total"] or 0,
         token_max=stored["top"] or 0,
-        embedding_model=version.embedding_model,
-        embedding_dimensions=version.embedding_dimensions,
-        pipeline_version=version.pipeline_version,
-        extractor_version=version.extractor_version,
+        embedding_model=stamp.embedding_model,
+        embedding_dimensions=stamp.embedding_dimensions,
+        pipeline_version=stamp.pipeline_version,
+        extractor_version=stamp.extractor_version,
         indexed_at=timezone.now(),
         updated_at=timezone.now(),
     )

@@ -48,7 +48,7 @@ def test_a_staff_user_outside_the_group_sees_nothing_of_it_in_the_admin(staff: C
         f"/admin/chat/{m}/" for m in ("conversation", "message", "citation", "feedback")
     ]
     pages += [
-        "/admin/kb/document/?folder__id__exact=%d" % hidden["folder"].pk,
+        f"/admin/kb/document/?folder__id__exact={hidden['folder'].pk}",
         f"/admin/chat/conversation/{hidden['answer'].conversation_id}/change/",
         f"/admin/chat/message/{hidden['answer'].pk}/change/",
     ]

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
-from hypothesis import HealthCheck, settings as hypothesis_settings
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from websockets.exceptions import ConnectionClosed
@@ -208,7 +209,7 @@ class AccessMachine(RuleBasedStateMachine):
         for name, user in self.users.items():
             user = User.objects.get(pk=user.pk)  # fresh groups
             forbidden = every_code - self._allowed(name)
-            for i, (what, where) in enumerate(TOPICS):
+            for what, where in TOPICS:
                 hits = hybrid_search(user=user, query=f"{what} {where}").hits
                 self._check("search", name, " ".join(h.content for h in hits), forbidden)
             for conversation in Conversation.objects.filter(owner=user):

@@ -122,9 +122,9 @@ def test_no_restricted_sentence_reaches_anyone_outside_its_audience(
                 events, code = replay(daphne, client, asked["conversation"])
                 probes.check("/ws/chat/<own conversation>/", name, events, markers)
 
-            response = client.get(f"/documents/{item.document.pk}/")  # type: ignore[union-attr]
+            response = client.get(f"/documents/{item.document.pk}/")
             probes.expect("viewer", name, response.status_code == 404, f"viewer answered {response.status_code}")
-            response = client.get(f"/documents/{item.document.pk}/download")  # type: ignore[union-attr]
+            response = client.get(f"/documents/{item.document.pk}/download")
             probes.expect("download", name, response.status_code == 404, f"download answered {response.status_code}")
             probes.check("library", name, client.get("/library/", {"q": item.title}).content.decode(), markers,
                          sent=[item.title])
@@ -146,7 +146,7 @@ def test_no_restricted_sentence_reaches_anyone_outside_its_audience(
         client = clients[name]
         probes.check("GET /api/conversations", name, client.get("/api/conversations").content.decode(),
                      [m for item in corpus if name not in item.readers for m in item.markers()])
-        watched = [item.document.pk for item in corpus]  # type: ignore[union-attr]
+        watched = [item.document.pk for item in corpus]
         with ws(daphne, "/ws/library/", client.cookies["sessionid"].value) as socket:
             socket.send(json.dumps({"type": "watch", "ids": watched}))
             rows = []
@@ -158,7 +158,7 @@ def test_no_restricted_sentence_reaches_anyone_outside_its_audience(
         sent = {row.get("id") for row in rows}
         for item in corpus:
             if name not in item.readers:
-                probes.expect("/ws/library/", name, item.document.pk not in sent,  # type: ignore[union-attr]
+                probes.expect("/ws/library/", name, item.document.pk not in sent,
                               f"status of {item.key}")
                 probes.check("/ws/library/", name, json.dumps(rows), item.markers())
 
