@@ -21,14 +21,14 @@ from kb.models import Document
 from kb.selectors import (
     document_file_get,
     document_get,
+    document_get_followable,
     document_status_rows,
-    documents_followable,
     library_documents,
     library_folders,
     user_can_manage_documents,
     user_is_reviewer,
 )
-from kb.services import UploadRejected, document_queue_ingest, document_upload
+from kb.services import DocumentStateConflict, UploadRejected, document_retry, document_upload
 from kb.web import UploadFormError, folders_with_audience, page_of, parse_range, render_document, upload_target
 
 
@@ -188,10 +188,8 @@ def library_upload(request: HttpRequest) -> JsonResponse:
 @require_POST
 def library_retry(request: HttpRequest, pk: int) -> JsonResponse:
     _manager_only(request)
-    document = documents_followable(request.user).filter(pk=pk).first()
-    if document is None:
-        raise Http404("No such document")
-    if document.status != Document.Status.FAILED:
-        return JsonResponse({"error": f"The document is {document.status}, not failed."}, status=409)
-    document_queue_ingest(documents=Document.objects.filter(pk=document.pk, status=Document.Status.FAILED))
+    try:
+        document_retry(document=document_get_followable(user=request.user, pk=pk))
+    except DocumentStateConflict as exc:
+        return JsonResponse({"error": str(exc)}, status=409)
     return JsonResponse({"document": document_status_rows(user=request.user, ids=[pk])[0]})
