@@ -44,3 +44,18 @@ class ApiToken(models.Model):
     @property
     def active(self) -> bool:
         return self.revoked_at is None
+
+
+class OidcIdentity(models.Model):
+    """Who a person is at the identity provider: the issuer's stable `sub`, never the e-mail alone."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="oidc_identities")
+    issuer = models.CharField(max_length=500)
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="accounts_oidc_issuer_subject")]
+
+    def __str__(self) -> str:
+        return f"{self.subject} @ {self.issuer}"

@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -88,25 +89,23 @@ def _wait_until_serving(base: str, process: subprocess.Popen[bytes], log: Path, 
     pytest.fail(f"daphne did not serve within {timeout}s:\n{log.read_text()[-3000:]}")
 
 
-@pytest.fixture(scope="session")
-def web_server(django_db_setup: None) -> Iterator[str]:
-    """Daphne (HTTP + websockets, the app's own static files) on the test database.
-
-    Session-wide: tests using it are transactional, so what they commit is what it serves,
-    and the tables are emptied between tests."""
+@contextmanager
+def daphne(name: str = "web", **env: str) -> Iterator[str]:
+    """Daphne (HTTP + websockets, the app's own static files) on the test database, with extra
+    environment (e.g. single sign-on settings); yields its base URL."""
     from django.conf import settings
 
     from kb.embedded import free_port
 
     port = free_port()
     OUTPUT.mkdir(exist_ok=True)
-    log = OUTPUT / "daphne-web.log"
+    log = OUTPUT / f"daphne-{name}.log"
     with open(log, "wb") as out:
         # The same SECRET_KEY as this process, so sessions made here (force_login) are valid there.
-        env = service_env(SECRET_KEY=settings.SECRET_KEY)
+        child_env = service_env(SECRET_KEY=settings.SECRET_KEY, **env)
         process = subprocess.Popen(
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "kb.asgi:application"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=ROOT, env=child_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
     base = f"http://127.0.0.1:{port}/"
     try:
@@ -114,6 +113,14 @@ def web_server(django_db_setup: None) -> Iterator[str]:
         yield base
     finally:
         stop_process(process, 20)
+
+
+@pytest.fixture(scope="session")
+def web_server(django_db_setup: None) -> Iterator[str]:
+    """Session-wide: tests using it are transactional, so what they commit is what it serves,
+    and the tables are emptied between tests."""
+    with daphne() as base:
+        yield base
 
 
 # --------------------------------------------------------------------------- browser
