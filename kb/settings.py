@@ -240,6 +240,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+SESSION_COOKIE_AGE = env_int("KB_SESSION_HOURS", 336, minimum=1) * 3600  # groups refresh at sign-in: bound it
 SESSION_COOKIE_SECURE = env_bool("KB_SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SESSION_COOKIE_HTTPONLY = True
