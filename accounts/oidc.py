@@ -25,7 +25,10 @@ from django.db import transaction
 from django.http import HttpRequest
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.utils import import_from_settings
-from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
+from mozilla_django_oidc.views import (
+    OIDCAuthenticationCallbackView,
+    OIDCAuthenticationRequestView,
+)
 
 from accounts.models import OidcIdentity
 
@@ -146,15 +149,15 @@ class GroupSyncBackend(OIDCAuthenticationBackend):
         self.UserModel = get_user_model()
 
     @property
-    def OIDC_OP_TOKEN_ENDPOINT(self) -> str:  # noqa: N802 (the parent's attribute names)
+    def OIDC_OP_TOKEN_ENDPOINT(self) -> str:  # the parent's attribute names
         return str(oidc_setting("OIDC_OP_TOKEN_ENDPOINT"))
 
     @property
-    def OIDC_OP_USER_ENDPOINT(self) -> str:  # noqa: N802
+    def OIDC_OP_USER_ENDPOINT(self) -> str:
         return str(oidc_setting("OIDC_OP_USER_ENDPOINT"))
 
     @property
-    def OIDC_OP_JWKS_ENDPOINT(self) -> str:  # noqa: N802
+    def OIDC_OP_JWKS_ENDPOINT(self) -> str:
         return str(oidc_setting("OIDC_OP_JWKS_ENDPOINT"))
 
     def filter_users_by_claims(self, claims: dict[str, Any]) -> Any:

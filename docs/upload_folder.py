@@ -20,9 +20,9 @@ import mimetypes
 import os
 import sys
 import time
-import uuid
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 

@@ -9,6 +9,7 @@ page does. Tokens need `documents:read` to read and `documents:write` to change 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal
 
@@ -38,12 +39,11 @@ from kb.services import (
     document_reindex,
     document_retry,
     document_set_access,
-    document_upload,
     folder_create,
     folder_delete,
     folder_set_access,
 )
-from kb.web import UploadFormError, readers_of, upload_target_of
+from kb.web import UploadFormError, readers_of, upload_store, upload_target_of
 
 READ, WRITE = api_auth(Scope.DOCUMENTS_READ), api_auth(Scope.DOCUMENTS_WRITE)
 documents = Router(tags=["documents"])
@@ -286,16 +286,7 @@ def document_upload_many(
     for upload in files:
         name = upload.name or "upload"
         try:
-            result = document_upload(
-                name=name,
-                stream=upload,
-                size=upload.size or 0,
-                folder=target.folder,
-                uploaded_by=request.user,
-                groups=target.groups,
-                users=target.users,
-                public=target.public,
-            )
+            result = upload_store(target=target, upload=upload, uploaded_by=request.user)
         except UploadRejected as exc:
             items.append({"filename": name, "created": False, "queued": False, "error": str(exc), "document": None})
             continue
@@ -319,18 +310,22 @@ def document_detail(request: HttpRequest, pk: int) -> dict[str, Any]:
     return _document_out(document_get(user=request.user, pk=pk), manage=False)
 
 
+def _requeue(request: HttpRequest, pk: int, service: Callable[..., None]) -> Status[dict[str, Any]]:
+    _manager(request)
+    document = document_get_followable(user=request.user, pk=pk)
+    try:
+        service(document=document)
+    except DocumentStateConflict as exc:
+        raise HttpError(409, str(exc)) from None
+    return Status(202, _fresh(document))
+
+
 @documents.post(
     "/{pk}/retry", response={202: DocumentOut, 409: ErrorOut, **ERRORS}, auth=WRITE, summary="Retry a failed document"
 )
 def document_retry_one(request: HttpRequest, pk: int) -> Status[dict[str, Any]]:
     """Queue a failed document again; 409 when it has not failed."""
-    _manager(request)
-    document = document_get_followable(user=request.user, pk=pk)
-    try:
-        document_retry(document=document)
-    except DocumentStateConflict as exc:
-        raise HttpError(409, str(exc)) from None
-    return Status(202, _fresh(document))
+    return _requeue(request, pk, document_retry)
 
 
 @documents.post(
@@ -338,13 +333,7 @@ def document_retry_one(request: HttpRequest, pk: int) -> Status[dict[str, Any]]:
 )
 def document_reindex_one(request: HttpRequest, pk: int) -> Status[dict[str, Any]]:
     """Index a ready (e.g. stale) or failed document again; 409 while it is being indexed."""
-    _manager(request)
-    document = document_get_followable(user=request.user, pk=pk)
-    try:
-        document_reindex(document=document)
-    except DocumentStateConflict as exc:
-        raise HttpError(409, str(exc)) from None
-    return Status(202, _fresh(document))
+    return _requeue(request, pk, document_reindex)
 
 
 @documents.put(

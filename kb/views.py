@@ -28,8 +28,16 @@ from kb.selectors import (
     user_can_manage_documents,
     user_is_reviewer,
 )
-from kb.services import DocumentStateConflict, UploadRejected, document_retry, document_upload
-from kb.web import UploadFormError, folders_with_audience, page_of, parse_range, render_document, upload_target
+from kb.services import DocumentStateConflict, UploadRejected, document_retry
+from kb.web import (
+    UploadFormError,
+    folders_with_audience,
+    page_of,
+    parse_range,
+    render_document,
+    upload_store,
+    upload_target,
+)
 
 
 @require_GET
@@ -159,17 +167,7 @@ def library_upload(request: HttpRequest) -> JsonResponse:
     if upload is None:
         return JsonResponse({"error": "No file was received."}, status=400)
     try:
-        target = upload_target(request.POST)
-        result = document_upload(
-            name=upload.name or "upload",
-            stream=upload,
-            size=upload.size or 0,
-            folder=target.folder,
-            uploaded_by=request.user,
-            groups=target.groups,
-            users=target.users,
-            public=target.public,
-        )
+        result = upload_store(target=upload_target(request.POST), upload=upload, uploaded_by=request.user)
     except (UploadRejected, UploadFormError) as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     rows = document_status_rows(user=request.user, ids=[result.document.pk])

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.contrib.auth.models import Group
+from django.core.files.uploadedfile import UploadedFile
 from django.http import QueryDict
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
@@ -30,6 +31,7 @@ from django.utils.safestring import SafeString, mark_safe
 from kb.ingest import extract
 from kb.inline import Span, inline_spans
 from kb.models import Document, Folder
+from kb.services import UploadResult, document_upload
 
 # --------------------------------------------------------------------------- document text
 
@@ -507,6 +509,20 @@ class UploadTarget:
     public: bool | None
     groups: list[Group] | None
     users: list[Any] | None
+
+
+def upload_store(*, target: UploadTarget, upload: UploadedFile, uploaded_by: Any) -> UploadResult:
+    """Store one uploaded file where `target` says, with its readers; UploadRejected says why not."""
+    return document_upload(
+        name=upload.name or "upload",
+        stream=upload,
+        size=upload.size or 0,
+        folder=target.folder,
+        uploaded_by=uploaded_by,
+        groups=target.groups,
+        users=target.users,
+        public=target.public,
+    )
 
 
 def upload_target(data: QueryDict) -> UploadTarget:

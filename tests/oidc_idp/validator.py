@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from oauth2_provider.oauth2_validators import OAuth2Validator
 
@@ -8,7 +8,7 @@ from oauth2_provider.oauth2_validators import OAuth2Validator
 class GroupsClaimValidator(OAuth2Validator):
     """Adds the claims a company IdP sends: username, e-mail, and groups (with the `groups` scope)."""
 
-    oidc_claim_scope = {**OAuth2Validator.oidc_claim_scope, "groups": "groups"}
+    oidc_claim_scope: ClassVar[dict[str, str]] = {**OAuth2Validator.oidc_claim_scope, "groups": "groups"}
 
     def get_additional_claims(self, request: Any) -> dict[str, Any]:
         user = request.user

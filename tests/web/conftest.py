@@ -74,19 +74,22 @@ def library_docs(people: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- server
 
 
-def _wait_until_serving(base: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
+def wait_until_serving(
+    base: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 60, path: str = "accounts/login/"
+) -> None:
+    """Until GET base+path answers 200; fails with the server's log when it exits or takes too long."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            pytest.fail(f"daphne exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+            pytest.fail(f"{log.name}: the server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
         try:
-            with urllib.request.urlopen(base + "accounts/login/", timeout=2) as response:
+            with urllib.request.urlopen(base + path, timeout=2) as response:
                 if response.status == 200:
                     return
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
         time.sleep(0.2)
-    pytest.fail(f"daphne did not serve within {timeout}s:\n{log.read_text()[-3000:]}")
+    pytest.fail(f"{log.name}: the server did not serve within {timeout}s:\n{log.read_text()[-3000:]}")
 
 
 @contextmanager
@@ -109,7 +112,7 @@ def daphne(name: str = "web", **env: str) -> Iterator[str]:
         )
     base = f"http://127.0.0.1:{port}/"
     try:
-        _wait_until_serving(base, process, log)
+        wait_until_serving(base, process, log)
         yield base
     finally:
         stop_process(process, 20)

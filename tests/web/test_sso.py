@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import OUTPUT, ROOT, stop_process
-from tests.web.conftest import daphne, make_document
+from tests.web.conftest import daphne, make_document, wait_until_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -53,17 +50,7 @@ def provider(tmp_path: Path) -> Iterator[Provider]:
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(base + "o/.well-known/openid-configuration", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the test identity provider did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
+        wait_until_serving(base, process, log, path="o/.well-known/openid-configuration")
         yield Provider(directory, base)
     finally:
         stop_process(process, 20)
