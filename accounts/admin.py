@@ -5,7 +5,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from accounts.models import ApiToken
+from accounts.models import ApiToken, OidcIdentity
 
 
 @admin.register(ApiToken)
@@ -32,3 +32,14 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         n = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {n} token(s)")
+
+
+@admin.register(OidcIdentity)
+class OidcIdentityAdmin(admin.ModelAdmin):
+    """Which account a single sign-on identity (issuer + sub) signs in as. Adding a row by hand hands an
+    existing local account to its owner's provider identity; sign-in never matches by e-mail."""
+
+    list_display = ("user", "subject", "issuer", "created_at")
+    list_select_related = ("user",)
+    search_fields = ("user__username", "subject")
+    raw_id_fields = ("user",)

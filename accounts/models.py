@@ -55,6 +55,8 @@ class OidcIdentity(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = "OIDC identity"
+        verbose_name_plural = "OIDC identities"
         constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="accounts_oidc_issuer_subject")]
 
     def __str__(self) -> str:

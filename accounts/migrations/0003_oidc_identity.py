@@ -23,6 +23,8 @@ class Migration(migrations.Migration):
                 ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='oidc_identities', to=settings.AUTH_USER_MODEL)),
             ],
             options={
+                'verbose_name': 'OIDC identity',
+                'verbose_name_plural': 'OIDC identities',
                 'constraints': [models.UniqueConstraint(fields=('issuer', 'subject'), name='accounts_oidc_issuer_subject')],
             },
         ),

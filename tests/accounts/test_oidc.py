@@ -82,3 +82,12 @@ def test_incomplete_sso_settings_are_a_startup_error(env: dict[str, str], messag
     result = manage("check", env=service_env(**env))
     assert result.returncode != 0
     assert message in result.stderr
+
+
+def test_admins_see_which_account_an_identity_signs_in_as(people: dict[str, Any], client: Any) -> None:
+    from accounts.models import OidcIdentity
+
+    OidcIdentity.objects.create(user=people["alice"], issuer="https://login.example.com/realms/acme", subject="f3a1")
+    client.force_login(people["admin"])
+    page = client.get("/admin/accounts/oidcidentity/").content.decode()
+    assert "f3a1" in page and "alice" in page
