@@ -148,6 +148,19 @@ def test_the_list_costs_the_same_few_queries_for_many_documents(people: dict[str
     assert len(many) == len(few)
 
 
+def test_the_folder_list_costs_the_same_few_queries_for_many_folders(people: dict[str, Any]) -> None:
+    admin = as_user(people["admin"])
+    folder_set_access(folder=Folder.objects.create(name="first"), public=False, groups=[people["groups"]["hr"]])
+    admin.get("/api/folders")
+    with CaptureQueriesContext(connection) as few:
+        admin.get("/api/folders")
+    for n in range(10):
+        folder_set_access(folder=Folder.objects.create(name=f"shelf {n}"), public=False, groups=[people["groups"]["hr"]])
+    with CaptureQueriesContext(connection) as many:
+        assert len(admin.get("/api/folders").json()) == 11
+    assert len(many) == len(few)
+
+
 def test_detail_shows_state_and_hides_what_the_caller_may_not_read(
     people: dict[str, Any], shelves: dict[str, Any]
 ) -> None:
@@ -334,6 +347,10 @@ def test_folder_create_change_and_delete(people: dict[str, Any], shelves: dict[s
     assert admin.delete(f"/api/folders/{body['id']}").status_code == 204
     assert not Folder.objects.filter(pk=body["id"]).exists()
     assert as_user(people["alice"]).delete(f"/api/folders/{everyone.pk}").status_code == 404
+    assert as_user(people["alice"]).put(
+        f"/api/folders/{everyone.pk}/access", {"public": True}, content_type="application/json"
+    ).status_code == 404
+    assert Folder.objects.get(pk=everyone.pk).public is False  # the refused change changed nothing
 
 
 # --------------------------------------------------------------------------- OpenAPI
