@@ -14,6 +14,7 @@ from django.utils import timezone
 from accounts.models import TOKEN_PREFIX, ApiToken, Scope, token_digest
 
 _DURATION = re.compile(r"(\d{1,5})([hdwy])")
+LAST_USED_RESOLUTION = timedelta(minutes=1)
 _UNIT = {"h": timedelta(hours=1), "d": timedelta(days=1), "w": timedelta(weeks=1), "y": timedelta(days=365)}
 
 
@@ -83,7 +84,9 @@ def token_authenticate(raw: str, *, scope: str | None) -> ApiToken | None:
         return None
     if scope is not None and scope not in token.scopes:
         raise TokenScopeMissing(f"this token lacks the {scope!r} scope (it has: {', '.join(token.scopes) or 'none'})")
-    ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    # At most one write a minute per token: a busy script should not turn every call into an UPDATE.
+    stale_use = Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
+    ApiToken.objects.filter(stale_use, pk=token.pk).update(last_used_at=now)
     return token
 
 

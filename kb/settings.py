@@ -222,7 +222,9 @@ if KB_OIDC_ENABLED:
         raise ImproperlyConfigured(f"single sign-on needs {', '.join(_missing)} too (the secret may come from a _FILE)")
     if "openid" not in KB_OIDC_SCOPES.split():
         raise ImproperlyConfigured(f"KB_OIDC_SCOPES must include openid (got {KB_OIDC_SCOPES!r})")
-    AUTHENTICATION_BACKENDS.insert(0, "accounts.oidc.GroupSyncBackend")
+    # Just before the password backend, so a backend that must come first (login throttling) stays first.
+    AUTHENTICATION_BACKENDS.insert(AUTHENTICATION_BACKENDS.index("accounts.backends.PasswordBackend"),
+                                   "accounts.oidc.GroupSyncBackend")
     OIDC_RP_CLIENT_ID = KB_OIDC_CLIENT_ID
     OIDC_RP_CLIENT_SECRET = KB_OIDC_CLIENT_SECRET
     OIDC_RP_SCOPES = KB_OIDC_SCOPES

@@ -132,7 +132,15 @@ def test_a_token_works_only_within_its_scopes_and_lifetime(people: dict[str, Any
     assert refused.json() == {"detail": "this token lacks the 'search' scope (it has: ask)"}
     assert client.get("/api/conversations", headers=auth).status_code == 200
     token.refresh_from_db()
-    assert token.last_used_at is not None
+    first_use = token.last_used_at
+    assert first_use is not None
+    client.get("/api/conversations", headers=auth)
+    token.refresh_from_db()
+    assert token.last_used_at == first_use  # recorded at most once a minute
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=first_use - timedelta(minutes=2))
+    client.get("/api/conversations", headers=auth)
+    token.refresh_from_db()
+    assert token.last_used_at > first_use
     ApiToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert client.get("/api/conversations", headers=auth).status_code == 401
 
