@@ -65,7 +65,7 @@ def provider_metadata() -> dict[str, Any]:
         try:
             response = requests.get(url, timeout=settings.KB_OIDC_TIMEOUT)
             response.raise_for_status()
-            document = response.json()
+            document: dict[str, Any] = response.json()
         except (requests.RequestException, ValueError) as exc:
             if _metadata is not None:  # a provider blip: keep signing in with what it said an hour ago
                 log.warning("OIDC discovery %s failed (%s); using the previous document", url, exc)

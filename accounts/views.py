@@ -6,6 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import views as auth_views
+from mozilla_django_oidc.views import OIDCLogoutView
 
 
 class LoginView(auth_views.LoginView):
@@ -20,3 +21,8 @@ class LoginView(auth_views.LoginView):
             local_passwords=settings.KB_LOCAL_PASSWORDS,
         )
         return context
+
+
+class LogoutView(OIDCLogoutView):
+    """POST only. After a single sign-on it also sends the browser to end the provider's session
+    (OIDC_OP_LOGOUT_URL_METHOD); after a password sign-in it is Django's plain logout."""

@@ -34,13 +34,13 @@ class ApiError(Exception):
 
 
 def call(base: str, token: str, method: str, path: str, body: bytes | None = None, content_type: str = "") -> Any:
-    request = urllib.request.Request(base.rstrip("/") + path, data=body, method=method)
+    request = urllib.request.Request(base.rstrip("/") + path, data=body, method=method)  # noqa: S310
     request.add_header("Authorization", f"Bearer {token}")
     request.add_header("Accept", "application/json")
     if content_type:
         request.add_header("Content-Type", content_type)
     try:
-        with urllib.request.urlopen(request, timeout=120) as response:
+        with urllib.request.urlopen(request, timeout=120) as response:  # noqa: S310 (main() allows http(s) only)
             return json.loads(response.read() or b"null")
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")
@@ -78,6 +78,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--user", action="append", default=[], help="person id, with --access restricted")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds to wait for indexing")
     args = parser.parse_args(argv)
+    if not args.url.startswith(("http://", "https://")):
+        print(f"--url/KB_URL must be an http:// or https:// URL (got {args.url!r}).", file=sys.stderr)
+        return 2
     token = os.environ.get("KB_TOKEN", "")
     if not token:
         print("Set KB_TOKEN to an API token with the documents:write scope (manage.py apitoken).", file=sys.stderr)

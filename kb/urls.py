@@ -1,9 +1,8 @@
 from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
-from mozilla_django_oidc.views import OIDCLogoutView
 
-from accounts.views import LoginView
+from accounts.views import LoginView, LogoutView
 from kb import views
 from kb.api import api
 
@@ -11,8 +10,7 @@ urlpatterns = [
     path("", views.ask, name="ask"),
     path("healthz", views.healthz, name="healthz"),
     path("accounts/login/", LoginView.as_view(), name="login"),
-    # POST only; after single sign-on it also ends the provider's session (OIDC_OP_LOGOUT_URL_METHOD).
-    path("accounts/logout/", OIDCLogoutView.as_view(), name="logout"),
+    path("accounts/logout/", LogoutView.as_view(), name="logout"),
     path("library/", views.library, name="library"),
     path("library/upload", views.library_upload, name="library-upload"),
     path("library/documents/<int:pk>/retry", views.library_retry, name="library-retry"),

@@ -511,7 +511,7 @@ class UploadTarget:
     users: list[Any] | None
 
 
-def upload_store(*, target: UploadTarget, upload: UploadedFile, uploaded_by: Any) -> UploadResult:
+def upload_store(*, target: UploadTarget, upload: UploadedFile[bytes], uploaded_by: Any) -> UploadResult:
     """Store one uploaded file where `target` says, with its readers; UploadRejected says why not."""
     return document_upload(
         name=upload.name or "upload",

@@ -7,8 +7,8 @@ mounts the chat router yet (kb/api.py: `api.add_router("/", "chat.api.router")`)
 from django.urls import path
 from ninja import NinjaAPI
 
-from chat.api import router
 from accounts.api import api_auth
+from chat.api import router
 from kb.urls import urlpatterns as project_urlpatterns
 
 api = NinjaAPI(title="chat test API", auth=api_auth(), urls_namespace="chat-test-api")

@@ -200,10 +200,15 @@ def test_an_admin_uploads_several_files_each_judged_alone(
     assert Document.objects.get(pk=a["document"]["id"]).uploaded_by == people["admin"]
     assert len(callbacks) == 2  # one ingestion task per stored file, after commit
 
-    again = as_user(people["admin"]).post(
-        "/api/documents", {"files": files(("a.md", b"# A\n\nAlpha.\n")), "access": "restricted", "groups": [finance.pk]}
-    )
+    admin = as_user(people["admin"])
+    public = {"access": "everyone"}
+    assert admin.post("/api/documents", {"files": files(("c.md", b"# C\n\nGamma.\n")), **public}).status_code == 201
+    again = admin.post("/api/documents", {"files": files(("c.md", b"# C\n\nGamma.\n")), **public})
     assert again.status_code == 200 and again.json()["items"][0]["queued"] is False  # same content: no-op
+    # The page's replacement rule (issue 11) holds here too: the superuser is not in finance, so
+    # their a.md neither matches nor replaces the finance-only a.md; it becomes a document of its own.
+    other = admin.post("/api/documents", {"files": files(("a.md", b"# A\n\nAlpha.\n")), **public})
+    assert other.status_code == 201 and other.json()["items"][0]["document"]["id"] != a["document"]["id"]
 
 
 def test_upload_form_errors_store_nothing(people: dict[str, Any], shelves: dict[str, Any]) -> None:
