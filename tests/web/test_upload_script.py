@@ -26,6 +26,7 @@ def test_the_script_uploads_a_folder_and_waits_until_every_document_is_ready(
     (handbook / "tool.exe").write_bytes(b"MZ\x90\x00 not a document")
     _, token = token_create(user=people["admin"], scopes=["documents:read", "documents:write"])
     finance = people["groups"]["finance"].pk
+    people["admin"].groups.add(finance)  # an upload matches only documents its uploader may read (issue 11)
 
     result = subprocess.run(
         [sys.executable, "docs/upload_folder.py", str(handbook), "--url", web_server, "--access", "restricted",
@@ -41,7 +42,8 @@ def test_the_script_uploads_a_folder_and_waits_until_every_document_is_ready(
     assert all(d.status == Document.Status.READY and d.acl == [f"g:{finance}"] for d in documents)
 
     again = subprocess.run(
-        [sys.executable, "docs/upload_folder.py", str(handbook / "travel"), "--url", web_server],
+        [sys.executable, "docs/upload_folder.py", str(handbook / "travel"), "--url", web_server, "--access",
+         "restricted", "--group", str(finance)],
         cwd=ROOT, env={"KB_TOKEN": token, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=120,
         check=False,
     )
