@@ -124,7 +124,7 @@ class DocumentFilter(Schema):
     updated_since: datetime | None = Field(default=None, description="Changed at or after this time (ISO 8601)")
     q: str = Field(default="", max_length=200, description="Words in the title")
     limit: int = Field(default=50, ge=1, le=500)
-    offset: int = Field(default=0, ge=0)
+    offset: int = Field(default=0, ge=0, le=2**31 - 1)
 
 
 class UploadForm(Schema):
@@ -152,7 +152,7 @@ class UploadOut(Schema):
 
 
 class FolderIn(Schema):
-    name: str = Field(min_length=1, max_length=200, examples=["Finance"])
+    name: str = Field(min_length=1, max_length=200, pattern=r"\S", examples=["Finance"])
     public: bool = Field(default=False, examples=[False])
     groups: list[int] = Field(default_factory=list, examples=[[3]])
     users: list[int] = Field(default_factory=list, examples=[[]])

@@ -134,6 +134,9 @@ def test_list_filters_and_pages(people: dict[str, Any], shelves: dict[str, Any])
     assert admin.get("/api/documents?status=lost").status_code == 422
     assert admin.get("/api/documents?folder=finance").status_code == 422
     assert admin.get("/api/documents?limit=0").status_code == 422
+    assert admin.get("/api/documents?offset=99999999999999999999").status_code == 422
+    assert admin.get("/api/documents?updated_since=yesterday").status_code == 422
+    assert admin.get("/api/documents/99999999999999999999").status_code == 404
 
 
 def test_the_list_costs_the_same_few_queries_for_many_documents(people: dict[str, Any], shelves: dict[str, Any]) -> None:
@@ -335,6 +338,7 @@ def test_folder_create_change_and_delete(people: dict[str, Any], shelves: dict[s
     taken = admin.post("/api/folders", {"name": "people"}, content_type="application/json")
     assert taken.status_code == 409 and "already exists" in taken.json()["detail"]
     assert admin.post("/api/folders", {"name": ""}, content_type="application/json").status_code == 422
+    assert admin.post("/api/folders", {"name": "   "}, content_type="application/json").status_code == 422
     unknown = admin.post("/api/folders", {"name": "X", "users": [999]}, content_type="application/json")
     assert unknown.status_code == 400 and unknown.json()["detail"] == "No active person with id 999."
     assert as_user(people["alice"]).post("/api/folders", {"name": "Mine"}, content_type="application/json").status_code == 404
