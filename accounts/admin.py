@@ -5,24 +5,41 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from accounts.models import ApiToken
+from accounts.models import ApiToken, OidcIdentity
 
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ("prefix", "user", "name", "created_at", "last_used_at", "revoked_at")
-    list_filter = ("revoked_at",)
+    list_display = ("prefix", "user", "name", "scope_list", "expires_at", "last_used_at", "revoked_at")
+    list_filter = ("revoked_at", "expires_at", "last_used_at")
+    list_select_related = ("user",)
     search_fields = ("user__username", "name", "prefix")
-    # `user` too: moving a token to another user would let its holder act as them.
-    readonly_fields = ("user", "prefix", "created_at", "last_used_at", "revoked_at")
-    fields = ("user", "name", "prefix", "created_at", "last_used_at", "revoked_at")
+    # `user` too: moving a token to another user would let its holder act as them. Scopes and expiry
+    # are chosen when the token is made; to change them, make a new token and revoke this one.
+    readonly_fields = ("user", "prefix", "scopes", "expires_at", "created_at", "last_used_at", "revoked_at")
+    fields = ("user", "name", "prefix", "scopes", "expires_at", "created_at", "last_used_at", "revoked_at")
     actions = ("revoke",)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         # A raw token must be shown to its owner once; `manage.py apitoken` does that.
         return False
 
+    @admin.display(description="Scopes")
+    def scope_list(self, obj: ApiToken) -> str:
+        return ", ".join(obj.scopes)
+
     @admin.action(description="Revoke selected tokens", permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         n = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {n} token(s)")
+
+
+@admin.register(OidcIdentity)
+class OidcIdentityAdmin(admin.ModelAdmin):
+    """Which account a single sign-on identity (issuer + sub) signs in as. Adding a row by hand hands an
+    existing local account to its owner's provider identity; sign-in never matches by e-mail."""
+
+    list_display = ("user", "subject", "issuer", "created_at")
+    list_select_related = ("user",)
+    search_fields = ("user__username", "subject")
+    raw_id_fields = ("user",)

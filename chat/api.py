@@ -14,12 +14,14 @@ from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import Field
 
+from accounts.api import api_auth
+from accounts.models import Scope
 from chat import selectors, services
 from chat.events import CitationPayload
 from chat.models import Conversation, Feedback, Message
 from chat.selectors import MessageView
 
-router = Router(tags=["chat"])
+router = Router(tags=["chat"], auth=api_auth(Scope.ASK))
 
 
 class AskIn(Schema):

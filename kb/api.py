@@ -6,22 +6,14 @@ from typing import Any
 
 from django.http import HttpRequest
 from ninja import NinjaAPI, Schema
-from ninja.security import HttpBearer, django_auth
 
-from accounts.tokens import token_user
+from accounts.api import api_auth
 
-
-class BearerToken(HttpBearer):
-    def authenticate(self, request: HttpRequest, token: str) -> Any:
-        user = token_user(token)
-        if user is not None:
-            request.user = user
-        return user
-
-
-api = NinjaAPI(title="Knowledge base API", version="1", auth=[BearerToken(), django_auth], urls_namespace="api")
+api = NinjaAPI(title="Knowledge base API", version="1", auth=api_auth(), urls_namespace="api")
 api.add_router("/search", "search.api.router")
 api.add_router("/", "chat.api.router")
+api.add_router("/documents", "kb.documents_api.documents")
+api.add_router("/folders", "kb.documents_api.folders")
 
 
 class MeOut(Schema):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.http import HttpRequest, HttpResponseBase
 
@@ -35,9 +36,15 @@ def _policy(**changes: str) -> str:
     return "; ".join(f"{name} {value}" for name, value in policy.items())
 
 
-STRICT = _policy()
-WITH_REMOTE_IMAGES = _policy(img_src=REMOTE_IMAGES)
-API_DOCS = _policy(style_src="'self' 'unsafe-inline'")
+def _form_action() -> str:
+    """Forms post to us; with single sign-on, logout redirects the form to the provider's end-session
+    endpoint, which the browser checks against form-action too."""
+    from django.conf import settings
+
+    if not settings.KB_OIDC_ENABLED:
+        return "'self'"
+    provider = urlsplit(settings.KB_OIDC_DISCOVERY_URL)
+    return f"'self' {provider.scheme}://{provider.netloc}"
 
 
 def allow_remote_images(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
@@ -55,14 +62,18 @@ def allow_remote_images(view: Callable[..., HttpResponseBase]) -> Callable[..., 
 class ContentSecurityPolicyMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
         self.get_response = get_response
+        form_action = _form_action()
+        self.strict = _policy(form_action=form_action)
+        self.with_remote_images = _policy(form_action=form_action, img_src=REMOTE_IMAGES)
+        self.api_docs = _policy(form_action=form_action, style_src="'self' 'unsafe-inline'")
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         response = self.get_response(request)
         if "Content-Security-Policy" not in response:
             if getattr(response, "kb_remote_images", False):
-                response["Content-Security-Policy"] = WITH_REMOTE_IMAGES
+                response["Content-Security-Policy"] = self.with_remote_images
             elif request.path.startswith("/api/docs"):
-                response["Content-Security-Policy"] = API_DOCS
+                response["Content-Security-Policy"] = self.api_docs
             else:
-                response["Content-Security-Policy"] = STRICT
+                response["Content-Security-Policy"] = self.strict
         return response

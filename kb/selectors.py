@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, Q, QuerySet
@@ -144,3 +145,37 @@ def document_status_payload(row: Mapping[str, Any]) -> dict[str, Any]:
         "to_embed": row.get("progress_total", 0),
         "updated": row["updated_at"].isoformat() if row.get("updated_at") else "",
     }
+
+
+def document_get_followable(*, user: Any, pk: int) -> Document:
+    """A document `user` may follow and act on (retry, re-index); Http404 otherwise, as for a missing one."""
+    return get_object_or_404(documents_followable(user).select_related("folder"), pk=pk)
+
+
+def document_list(
+    *,
+    user: Any,
+    query: str = "",
+    folder: str = "",
+    status: str = "",
+    stale: bool | None = None,
+    updated_since: datetime | None = None,
+) -> QuerySet[Document]:
+    """The library listing (same visibility) narrowed by status, index freshness and last change."""
+    documents = library_documents(user=user, query=query, folder=folder)
+    if status:
+        documents = documents.filter(status=status)
+    if stale is not None:
+        stale_ids = documents_stale(documents).values("pk")
+        documents = documents.filter(pk__in=stale_ids) if stale else documents.exclude(pk__in=stale_ids)
+    if updated_since is not None:
+        documents = documents.filter(updated_at__gte=updated_since)
+    return documents
+
+
+def folder_get(*, user: Any, pk: int) -> dict[str, Any]:
+    """One folder as library_folders() lists it for `user`; Http404 when they would not see it there."""
+    for folder in library_folders(user=user):
+        if folder["id"] == pk:
+            return folder
+    raise Http404("No such folder")

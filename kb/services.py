@@ -180,3 +180,44 @@ def document_delete(*, document: Document) -> None:
     document.delete()
     if stored.name:
         transaction.on_commit(partial(stored.storage.delete, stored.name))
+
+
+class DocumentStateConflict(ValueError):
+    """The request does not fit the document's or folder's current state (HTTP 409); the message says why."""
+
+
+def document_retry(*, document: Document) -> None:
+    """Queue a failed document for another attempt; anything else is a conflict, not a silent no-op."""
+    if document.status != Document.Status.FAILED:
+        raise DocumentStateConflict(f"The document is {document.status}, not failed.")
+    document_queue_ingest(documents=Document.objects.filter(pk=document.pk, status=Document.Status.FAILED))
+
+
+def document_reindex(*, document: Document) -> None:
+    """Index a ready or failed document again (e.g. a stale index version); not while it is being indexed."""
+    if document.status not in (Document.Status.READY, Document.Status.FAILED):
+        raise DocumentStateConflict(f"The document is {document.status}; wait until it is ready or failed.")
+    document_queue_ingest(
+        documents=Document.objects.filter(pk=document.pk, status__in=[Document.Status.READY, Document.Status.FAILED])
+    )
+
+
+@transaction.atomic
+def folder_create(*, name: str, public: bool, groups: Iterable[Group] = (), users: Iterable[Any] = ()) -> Folder:
+    """A new folder with its grants; a name already taken is a conflict (names are unique)."""
+    name = name.strip()
+    if Folder.objects.filter(name__iexact=name).exists():
+        raise DocumentStateConflict(f"A folder named {name!r} already exists.")
+    folder = Folder.objects.create(name=name, public=public)
+    folder.groups.set(list(groups))
+    folder.users.set(list(users))
+    return folder
+
+
+@transaction.atomic
+def folder_delete(*, folder: Folder) -> None:
+    """Delete an empty folder. A folder with documents is refused: its documents would lose the
+    grants they inherit, so moving or deleting them is a decision to make first."""
+    if Document.objects.filter(folder=folder).exists():
+        raise DocumentStateConflict(f"The folder {folder.name!r} still holds documents; delete or move them first.")
+    folder.delete()

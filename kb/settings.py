@@ -200,10 +200,49 @@ CHANNEL_LAYERS = {
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
+AUTHENTICATION_BACKENDS = ["accounts.backends.PasswordBackend"]
+KB_LOCAL_PASSWORDS = env_bool("KB_LOCAL_PASSWORDS", True)  # off: only superusers (break-glass) use passwords
+
+# Single sign-on (OpenID Connect, mozilla-django-oidc; README "Single sign-on") -------
+
+KB_OIDC_DISCOVERY_URL = env_str("KB_OIDC_DISCOVERY_URL", "")  # the issuer, or its .well-known/openid-configuration
+KB_OIDC_CLIENT_ID = env_str("KB_OIDC_CLIENT_ID", "")
+KB_OIDC_CLIENT_SECRET = env_secret("KB_OIDC_CLIENT_SECRET")
+KB_OIDC_SCOPES = env_str("KB_OIDC_SCOPES", "openid email profile")
+KB_OIDC_GROUPS_CLAIM = env_str("KB_OIDC_GROUPS_CLAIM", "groups")
+KB_OIDC_CREATE_GROUPS = env_bool("KB_OIDC_CREATE_GROUPS", False)  # off: provider groups we lack are ignored
+KB_OIDC_USERNAME_CLAIM = env_str("KB_OIDC_USERNAME_CLAIM", "preferred_username")
+KB_OIDC_PROVIDER_NAME = env_str("KB_OIDC_PROVIDER_NAME", "your company account")  # "Sign in with …"
+KB_OIDC_SIGN_ALGO = env_str("KB_OIDC_SIGN_ALGO", "RS256")
+KB_OIDC_TIMEOUT = env_float("KB_OIDC_TIMEOUT", 10.0)
+KB_OIDC_ENABLED = bool(KB_OIDC_DISCOVERY_URL or KB_OIDC_CLIENT_ID)
+if KB_OIDC_ENABLED:
+    _missing = [name for name in ("KB_OIDC_DISCOVERY_URL", "KB_OIDC_CLIENT_ID", "KB_OIDC_CLIENT_SECRET") if not globals()[name]]
+    if _missing:
+        raise ImproperlyConfigured(f"single sign-on needs {', '.join(_missing)} too (the secret may come from a _FILE)")
+    if "openid" not in KB_OIDC_SCOPES.split():
+        raise ImproperlyConfigured(f"KB_OIDC_SCOPES must include openid (got {KB_OIDC_SCOPES!r})")
+    # Just before the password backend, so a backend that must come first (login throttling) stays first.
+    AUTHENTICATION_BACKENDS.insert(AUTHENTICATION_BACKENDS.index("accounts.backends.PasswordBackend"),
+                                   "accounts.oidc.GroupSyncBackend")
+    OIDC_RP_CLIENT_ID = KB_OIDC_CLIENT_ID
+    OIDC_RP_CLIENT_SECRET = KB_OIDC_CLIENT_SECRET
+    OIDC_RP_SCOPES = KB_OIDC_SCOPES
+    OIDC_RP_SIGN_ALGO = KB_OIDC_SIGN_ALGO
+    OIDC_USE_PKCE = True
+    OIDC_STORE_ID_TOKEN = True  # the id_token_hint that ends the provider's session at logout
+    OIDC_OP_LOGOUT_URL_METHOD = "accounts.oidc.provider_logout_url"
+    OIDC_AUTHENTICATE_CLASS = "accounts.oidc.DiscoveryAuthenticationRequestView"
+    OIDC_CALLBACK_CLASS = "accounts.oidc.DiscoveryCallbackView"
+    OIDC_TIMEOUT = KB_OIDC_TIMEOUT
+    LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/?sso=failed"
+elif not KB_LOCAL_PASSWORDS:
+    raise ImproperlyConfigured("KB_LOCAL_PASSWORDS=off needs single sign-on (KB_OIDC_DISCOVERY_URL, KB_OIDC_CLIENT_ID)")
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+SESSION_COOKIE_AGE = env_int("KB_SESSION_HOURS", 336, minimum=1) * 3600  # groups refresh at sign-in: bound it
 SESSION_COOKIE_SECURE = env_bool("KB_SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SESSION_COOKIE_HTTPONLY = True

@@ -1,15 +1,16 @@
+from django.conf import settings
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
+from accounts.views import LoginView, LogoutView
 from kb import views
 from kb.api import api
 
 urlpatterns = [
     path("", views.ask, name="ask"),
     path("healthz", views.healthz, name="healthz"),
-    path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/login/", LoginView.as_view(), name="login"),
+    path("accounts/logout/", LogoutView.as_view(), name="logout"),
     path("library/", views.library, name="library"),
     path("library/upload", views.library_upload, name="library-upload"),
     path("library/documents/<int:pk>/retry", views.library_retry, name="library-retry"),
@@ -19,3 +20,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", api.urls),
 ]
+
+if settings.KB_OIDC_ENABLED:
+    urlpatterns.append(path("oidc/", include("mozilla_django_oidc.urls")))

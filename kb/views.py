@@ -21,15 +21,23 @@ from kb.models import Document
 from kb.selectors import (
     document_file_get,
     document_get,
+    document_get_followable,
     document_status_rows,
-    documents_followable,
     library_documents,
     library_folders,
     user_can_manage_documents,
     user_is_reviewer,
 )
-from kb.services import UploadRejected, document_queue_ingest, document_upload
-from kb.web import UploadFormError, folders_with_audience, page_of, parse_range, render_document, upload_target
+from kb.services import DocumentStateConflict, UploadRejected, document_retry
+from kb.web import (
+    UploadFormError,
+    folders_with_audience,
+    page_of,
+    parse_range,
+    render_document,
+    upload_store,
+    upload_target,
+)
 
 
 @require_GET
@@ -159,17 +167,7 @@ def library_upload(request: HttpRequest) -> JsonResponse:
     if upload is None:
         return JsonResponse({"error": "No file was received."}, status=400)
     try:
-        target = upload_target(request.POST)
-        result = document_upload(
-            name=upload.name or "upload",
-            stream=upload,
-            size=upload.size or 0,
-            folder=target.folder,
-            uploaded_by=request.user,
-            groups=target.groups,
-            users=target.users,
-            public=target.public,
-        )
+        result = upload_store(target=upload_target(request.POST), upload=upload, uploaded_by=request.user)
     except (UploadRejected, UploadFormError) as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     rows = document_status_rows(user=request.user, ids=[result.document.pk])
@@ -188,10 +186,8 @@ def library_upload(request: HttpRequest) -> JsonResponse:
 @require_POST
 def library_retry(request: HttpRequest, pk: int) -> JsonResponse:
     _manager_only(request)
-    document = documents_followable(request.user).filter(pk=pk).first()
-    if document is None:
-        raise Http404("No such document")
-    if document.status != Document.Status.FAILED:
-        return JsonResponse({"error": f"The document is {document.status}, not failed."}, status=409)
-    document_queue_ingest(documents=Document.objects.filter(pk=document.pk, status=Document.Status.FAILED))
+    try:
+        document_retry(document=document_get_followable(user=request.user, pk=pk))
+    except DocumentStateConflict as exc:
+        return JsonResponse({"error": str(exc)}, status=409)
     return JsonResponse({"document": document_status_rows(user=request.user, ids=[pk])[0]})

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.contrib.auth.models import Group
+from django.core.files.uploadedfile import UploadedFile
 from django.http import QueryDict
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
@@ -30,6 +31,7 @@ from django.utils.safestring import SafeString, mark_safe
 from kb.ingest import extract
 from kb.inline import Span, inline_spans
 from kb.models import Document, Folder
+from kb.services import UploadResult, document_upload
 
 # --------------------------------------------------------------------------- document text
 
@@ -509,16 +511,39 @@ class UploadTarget:
     users: list[Any] | None
 
 
+def upload_store(*, target: UploadTarget, upload: UploadedFile[bytes], uploaded_by: Any) -> UploadResult:
+    """Store one uploaded file where `target` says, with its readers; UploadRejected says why not."""
+    return document_upload(
+        name=upload.name or "upload",
+        stream=upload,
+        size=upload.size or 0,
+        folder=target.folder,
+        uploaded_by=uploaded_by,
+        groups=target.groups,
+        users=target.users,
+        public=target.public,
+    )
+
+
 def upload_target(data: QueryDict) -> UploadTarget:
     """Parse the library's upload form: folder, and access = folder | everyone | restricted."""
-    from django.contrib.auth import get_user_model
+    return upload_target_of(
+        folder_id=(data.get("folder") or "").strip(),
+        access=data.get("access") or "",
+        group_ids=data.getlist("groups"),
+        user_ids=data.getlist("users"),
+    )
 
+
+def upload_target_of(
+    *, folder_id: str, access: str, group_ids: Iterable[str | int], user_ids: Iterable[str | int]
+) -> UploadTarget:
+    """Where an upload goes and who reads it; the one rule behind the library page and the documents API."""
     folder = None
-    folder_id = (data.get("folder") or "").strip()
     if folder_id:
         if not folder_id.isdigit() or (folder := Folder.objects.filter(pk=int(folder_id)).first()) is None:
-            raise UploadFormError("That folder does not exist any more; reload the page.")
-    access = data.get("access") or ("folder" if folder else "everyone")
+            raise UploadFormError(f"Folder {folder_id} does not exist (any more); reload the folder list.")
+    access = access or ("folder" if folder else "everyone")
     if access == "folder":
         if folder is None:
             raise UploadFormError("Choose a folder, or choose who may read the documents.")
@@ -527,12 +552,31 @@ def upload_target(data: QueryDict) -> UploadTarget:
         return UploadTarget(folder=folder, public=True, groups=[], users=[])
     if access != "restricted":
         raise UploadFormError("Choose who may read the documents.")
-    groups = list(Group.objects.filter(pk__in=_ids(data.getlist("groups"))))
-    users = list(get_user_model().objects.filter(pk__in=_ids(data.getlist("users")), is_active=True))
+    groups, users = readers_of(group_ids=group_ids, user_ids=user_ids)
     if not groups and not users:
         raise UploadFormError("Choose at least one group or person who may read the documents.")
     return UploadTarget(folder=folder, public=False, groups=groups, users=users)
 
 
-def _ids(values: Iterable[str]) -> list[int]:
-    return [int(v) for v in values if v.isdigit()]
+def readers_of(*, group_ids: Iterable[str | int], user_ids: Iterable[str | int]) -> tuple[list[Group], list[Any]]:
+    """The groups and active people named by id; an id that names none is an error, never dropped silently."""
+    from django.contrib.auth import get_user_model
+
+    wanted_groups, wanted_users = _ids(group_ids, "group"), _ids(user_ids, "person")
+    groups = list(Group.objects.filter(pk__in=wanted_groups))
+    users = list(get_user_model().objects.filter(pk__in=wanted_users, is_active=True))
+    for kind, wanted, found in (("group", wanted_groups, groups), ("active person", wanted_users, users)):
+        missing = sorted(set(wanted) - {item.pk for item in found})
+        if missing:
+            raise UploadFormError(f"No {kind} with id {', '.join(map(str, missing))}.")
+    return groups, users
+
+
+def _ids(values: Iterable[str | int], kind: str) -> list[int]:
+    ids = []
+    for value in values:
+        text = str(value).strip()
+        if not text.isdigit():
+            raise UploadFormError(f"{text!r} is not a {kind} id.")
+        ids.append(int(text))
+    return ids

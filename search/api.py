@@ -8,9 +8,11 @@ from django.http import HttpRequest
 from ninja import Query, Router, Schema
 from pydantic import Field
 
+from accounts.api import api_auth
+from accounts.models import Scope
 from search.retrieval import SearchOptions, SearchResult, hybrid_search
 
-router = Router(tags=["search"])
+router = Router(tags=["search"], auth=api_auth(Scope.SEARCH))
 
 
 class SearchIn(Schema):

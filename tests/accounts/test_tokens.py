@@ -86,3 +86,87 @@ def test_openapi_schema_and_docs_are_served_without_a_cdn(people: dict[str, Any]
     assert docs.status_code == 200
     assert b"/static/ninja/swagger-ui-bundle.js" in docs.content
     assert b"cdn." not in docs.content
+
+
+def test_apitoken_takes_scopes_and_an_expiry(people: dict[str, Any]) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    out = StringIO()
+    call_command("apitoken", "alice", "--scopes", "documents:read, search", "--expires", "90d", stdout=out)
+    token = ApiToken.objects.get(digest=token_digest(out.getvalue().strip()))
+    assert token.scopes == ["search", "documents:read"]
+    assert token.expires_at is not None
+    assert abs(token.expires_at - (timezone.now() + timedelta(days=90))) < timedelta(minutes=1)
+    call_command("apitoken", "alice", "--expires", "never", stdout=StringIO())
+    assert ApiToken.objects.filter(user=people["alice"], expires_at__isnull=True, scopes=["search", "ask"]).exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--scopes", "search,admin"], "unknown scope(s) admin; choose from search, ask, documents:read, documents:write"),
+        (["--scopes", " , "], "give at least one scope"),
+        (["--expires", "soon"], "expiry 'soon' is not a duration such as 12h, 90d, 4w, 1y, or 'never'"),
+        (["--expires", "0d"], "expiry '0d' is not a duration"),
+    ],
+)
+def test_apitoken_rejects_bad_scopes_and_expiries(people: dict[str, Any], args: list[str], message: str) -> None:
+    with pytest.raises(CommandError) as raised:
+        call_command("apitoken", "alice", *args)
+    assert str(raised.value).startswith(message)
+    assert not ApiToken.objects.exists()
+
+
+def test_a_token_works_only_within_its_scopes_and_lifetime(people: dict[str, Any], client: Client) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    token, raw = token_create(user=people["alice"], scopes=["ask"], expires_at=timezone.now() + timedelta(hours=1))
+    auth = {"Authorization": f"Bearer {raw}"}
+    assert client.get("/api/me", headers=auth).status_code == 200  # any live token says who it is
+    refused = client.get("/api/search", {"q": "vacation"}, headers=auth)
+    assert refused.status_code == 403
+    assert refused.json() == {"detail": "this token lacks the 'search' scope (it has: ask)"}
+    assert client.get("/api/conversations", headers=auth).status_code == 200
+    token.refresh_from_db()
+    first_use = token.last_used_at
+    assert first_use is not None
+    client.get("/api/conversations", headers=auth)
+    token.refresh_from_db()
+    assert token.last_used_at == first_use  # recorded at most once a minute
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=first_use - timedelta(minutes=2))
+    client.get("/api/conversations", headers=auth)
+    token.refresh_from_db()
+    assert token.last_used_at > first_use
+    ApiToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert client.get("/api/conversations", headers=auth).status_code == 401
+
+
+def test_a_token_never_reaches_beyond_its_owner(people: dict[str, Any], client: Client) -> None:
+    """Every scope on a non-admin's token still leaves admin-only endpoints out of reach, and a
+    user who loses admin rights loses them on their tokens at once."""
+    _, raw = token_create(user=people["alice"], scopes=["search", "ask", "documents:read", "documents:write"])
+    auth = {"Authorization": f"Bearer {raw}"}
+    assert client.post("/api/folders", {"name": "x"}, content_type="application/json", headers=auth).status_code == 404
+    _, admin_raw = token_create(user=people["admin"], scopes=["documents:write"])
+    admin_auth = {"Authorization": f"Bearer {admin_raw}"}
+    made = client.post("/api/folders", {"name": "one"}, content_type="application/json", headers=admin_auth)
+    assert made.status_code == 201
+    people["admin"].is_superuser = people["admin"].is_staff = False
+    people["admin"].save()
+    again = client.post("/api/folders", {"name": "two"}, content_type="application/json", headers=admin_auth)
+    assert again.status_code == 404
+
+
+def test_admin_lists_tokens_with_scopes_expiry_and_last_use(people: dict[str, Any], client: Client) -> None:
+    token, raw = token_create(user=people["bob"], name="nightly sync", scopes=["documents:read"])
+    client.get("/api/me", headers={"Authorization": f"Bearer {raw}"})
+    client.force_login(people["admin"])
+    page = client.get("/admin/accounts/apitoken/").content.decode()
+    assert "nightly sync" in page and "documents:read" in page
+    token.refresh_from_db()
+    assert token.last_used_at is not None
+    assert "Last used at" in page

@@ -6,13 +6,12 @@ mounts the chat router yet (kb/api.py: `api.add_router("/", "chat.api.router")`)
 
 from django.urls import path
 from ninja import NinjaAPI
-from ninja.security import django_auth
 
+from accounts.api import api_auth
 from chat.api import router
-from kb.api import BearerToken
 from kb.urls import urlpatterns as project_urlpatterns
 
-api = NinjaAPI(title="chat test API", auth=[BearerToken(), django_auth], urls_namespace="chat-test-api")
+api = NinjaAPI(title="chat test API", auth=api_auth(), urls_namespace="chat-test-api")
 api.add_router("/", router)
 
 urlpatterns = [path("api/", api.urls), *project_urlpatterns]

@@ -1,0 +1,426 @@
+"""/api/documents and /api/folders: what the library page and the admin do, for scripts.
+
+Handlers parse, call one selector or service of kb.selectors / kb.services, and serialize:
+the visibility, upload, replacement and access rules live there, so the API cannot drift
+from the page. Managing (upload, retry, re-index, access, delete, folders) is for the
+people the page lets manage documents; to anyone else those endpoints answer 404, as the
+page does. Tokens need `documents:read` to read and `documents:write` to change anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, Literal
+
+from django.http import Http404, HttpRequest
+from ninja import File, Form, Query, Router, Schema, Status
+from ninja.errors import HttpError
+from ninja.files import UploadedFile
+from pydantic import Field
+
+from accounts.api import api_auth
+from accounts.models import Scope
+from kb.models import Document, Folder
+from kb.selectors import (
+    document_get,
+    document_get_followable,
+    document_index_version,
+    document_is_stale,
+    document_list,
+    folder_get,
+    library_folders,
+    user_can_manage_documents,
+)
+from kb.services import (
+    DocumentStateConflict,
+    UploadRejected,
+    document_delete,
+    document_reindex,
+    document_retry,
+    document_set_access,
+    folder_create,
+    folder_delete,
+    folder_set_access,
+)
+from kb.web import UploadFormError, readers_of, upload_store, upload_target_of
+
+READ, WRITE = api_auth(Scope.DOCUMENTS_READ), api_auth(Scope.DOCUMENTS_WRITE)
+documents = Router(tags=["documents"])
+folders = Router(tags=["folders"])
+
+StatusName = Literal["queued", "extracting", "chunking", "embedding", "ready", "failed"]
+
+
+# --------------------------------------------------------------------------- schemas
+
+
+class ErrorOut(Schema):
+    detail: str = Field(examples=["The document is ready, not failed."])
+
+
+class IndexVersionOut(Schema):
+    embedding_model: str = Field(examples=["all-MiniLM-L6-v2"])
+    embedding_dimensions: int = Field(examples=[384])
+    pipeline_version: int = Field(examples=[7])
+    extractor_version: int = Field(examples=[4])
+
+
+class AccessIn(Schema):
+    """Who may read. `inherit`: the folder's readers (only for a document in a folder); otherwise
+    `public` (everyone) or the listed groups and people (by id; at least one)."""
+
+    inherit: bool = Field(default=False, examples=[False])
+    public: bool = Field(default=False, examples=[False])
+    groups: list[int] = Field(default_factory=list, examples=[[3, 5]])
+    users: list[int] = Field(default_factory=list, examples=[[]])
+
+
+class AccessOut(Schema):
+    inherit: bool
+    public: bool
+    groups: list[int]
+    users: list[int]
+
+
+class DocumentOut(Schema):
+    id: int = Field(examples=[42])
+    title: str = Field(examples=["Expense policy"])
+    filename: str = Field(examples=["expense-policy.pdf"])
+    mime_type: str = Field(examples=["application/pdf"])
+    size: int = Field(description="Bytes of the original file", examples=[183204])
+    sha256: str
+    folder: int | None = Field(examples=[3])
+    folder_name: str | None = Field(examples=["Finance"])
+    status: StatusName = Field(examples=["ready"])
+    failed_stage: str = Field(description="The stage a failed document stopped in", examples=[""])
+    failure_reason: str = Field(description="Why it failed, in words", examples=[""])
+    chunk_count: int = Field(examples=[18])
+    token_total: int = Field(examples=[2950])
+    token_max: int = Field(examples=[199])
+    embedded: int = Field(description="Chunks embedded so far while embedding", examples=[18])
+    to_embed: int = Field(examples=[18])
+    index_version: IndexVersionOut
+    stale: bool = Field(description="Ready, but indexed by another model or pipeline version: re-index it")
+    access: AccessOut | None = Field(description="Who may read it; shown to document managers only")
+    url: str = Field(examples=["/documents/42/"])
+    download_url: str = Field(examples=["/documents/42/download"])
+    created_at: datetime
+    updated_at: datetime
+    indexed_at: datetime | None
+
+
+class DocumentPage(Schema):
+    count: int = Field(description="Documents matching the filters, over all pages", examples=[130])
+    limit: int = Field(examples=[50])
+    offset: int = Field(examples=[0])
+    items: list[DocumentOut]
+
+
+class DocumentFilter(Schema):
+    status: StatusName | None = Field(default=None, description="Only documents in this state")
+    folder: str = Field(default="", pattern=r"^(\d+|none)?$", description="A folder id, or `none` for no folder")
+    stale: bool | None = Field(default=None, description="true: only stale ready documents; false: all but those")
+    updated_since: datetime | None = Field(default=None, description="Changed at or after this time (ISO 8601)")
+    q: str = Field(default="", max_length=200, description="Words in the title")
+    limit: int = Field(default=50, ge=1, le=500)
+    offset: int = Field(default=0, ge=0, le=2**31 - 1)
+
+
+class UploadForm(Schema):
+    folder: str = Field(default="", pattern=r"^\d*$", description="Folder id; empty: no folder", examples=["3"])
+    access: Literal["", "folder", "everyone", "restricted"] = Field(
+        default="",
+        description="folder: the folder's readers (default with a folder); everyone (default without one); "
+        "restricted: only `groups` and `users`",
+        examples=["restricted"],
+    )
+    groups: list[int] = Field(default_factory=list, description="Group ids, with access=restricted", examples=[[3]])
+    users: list[int] = Field(default_factory=list, description="Person ids, with access=restricted", examples=[[]])
+
+
+class UploadItemOut(Schema):
+    filename: str = Field(examples=["expense-policy.pdf"])
+    created: bool = Field(description="A new document (false: an existing one was replaced or was the same)")
+    queued: bool = Field(description="New content queued for indexing (false: identical content was already there)")
+    error: str | None = Field(description="Why this file was refused; nothing of it was stored", examples=[None])
+    document: DocumentOut | None
+
+
+class UploadOut(Schema):
+    items: list[UploadItemOut]
+
+
+class FolderIn(Schema):
+    name: str = Field(min_length=1, max_length=200, pattern=r"\S", examples=["Finance"])
+    public: bool = Field(default=False, examples=[False])
+    groups: list[int] = Field(default_factory=list, examples=[[3]])
+    users: list[int] = Field(default_factory=list, examples=[[]])
+
+
+class FolderAccessIn(Schema):
+    public: bool = Field(default=False, examples=[False])
+    groups: list[int] = Field(default_factory=list, examples=[[3]])
+    users: list[int] = Field(default_factory=list, examples=[[]])
+
+
+class FolderOut(Schema):
+    id: int | Literal["none"] = Field(description="`none` stands for documents outside any folder", examples=[3])
+    name: str = Field(examples=["Finance"])
+    count: int = Field(description="Documents in it that the caller may read", examples=[12])
+    access: AccessOut | None = Field(description="Who reads its documents; shown to document managers only")
+
+
+ERRORS: dict[int, Any] = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _manager(request: HttpRequest) -> None:
+    # As on the page: to anyone who may not manage documents these endpoints do not exist.
+    if not user_can_manage_documents(request.user):
+        raise Http404("Not Found")
+
+
+def _ids(related: Any) -> list[int]:
+    return sorted(item.pk for item in related.all())
+
+
+def _document_out(document: Document, *, manage: bool) -> dict[str, Any]:
+    access = None
+    if manage:
+        access = {
+            "inherit": document.inherit_access,
+            "public": document.public,
+            "groups": _ids(document.groups),
+            "users": _ids(document.users),
+        }
+    return {
+        "id": document.pk,
+        "title": str(document),
+        "filename": document.filename,
+        "mime_type": document.mime_type,
+        "size": document.size,
+        "sha256": document.sha256,
+        "folder": document.folder_id,
+        "folder_name": document.folder.name if document.folder else None,
+        "status": document.status,
+        "failed_stage": document.failed_stage,
+        "failure_reason": document.failure_reason,
+        "chunk_count": document.chunk_count,
+        "token_total": document.token_total,
+        "token_max": document.token_max,
+        "embedded": document.progress_done,
+        "to_embed": document.progress_total,
+        "index_version": document_index_version(document),
+        "stale": document_is_stale(document),
+        "access": access,
+        "url": f"/documents/{document.pk}/",
+        "download_url": f"/documents/{document.pk}/download",
+        "created_at": document.created_at,
+        "updated_at": document.updated_at,
+        "indexed_at": document.indexed_at,
+    }
+
+
+def _fresh(document: Document) -> dict[str, Any]:
+    """The document as a service left it, for a manager. Not looked up again: a manager may have just
+    given it to groups they are not in themselves."""
+    document.refresh_from_db()
+    return _document_out(document, manage=True)
+
+
+def _readers(group_ids: list[int], user_ids: list[int]) -> tuple[list[Any], list[Any]]:
+    try:
+        return readers_of(group_ids=group_ids, user_ids=user_ids)
+    except UploadFormError as exc:
+        raise HttpError(400, str(exc)) from None
+
+
+# --------------------------------------------------------------------------- documents
+
+
+@documents.get("", response={200: DocumentPage, **ERRORS}, auth=READ, summary="List documents")
+def document_index(request: HttpRequest, filters: Query[DocumentFilter]) -> dict[str, Any]:
+    """Documents the caller may read, newest title order, with filters and limit/offset paging.
+    People who do not manage documents see only ready ones, as in the library."""
+    manage = user_can_manage_documents(request.user)
+    found = document_list(
+        user=request.user,
+        query=filters.q,
+        folder=filters.folder,
+        status=filters.status or "",
+        stale=filters.stale,
+        updated_since=filters.updated_since,
+    )
+    page = found[filters.offset : filters.offset + filters.limit]
+    if manage:
+        page = page.prefetch_related("groups", "users")
+    return {
+        "count": found.count(),
+        "limit": filters.limit,
+        "offset": filters.offset,
+        "items": [_document_out(d, manage=manage) for d in page],
+    }
+
+
+@documents.post(
+    "",
+    response={200: UploadOut, 201: UploadOut, 400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut},
+    auth=WRITE,
+    summary="Upload one or many files",
+)
+def document_upload_many(
+    request: HttpRequest, files: File[list[UploadedFile]], form: Form[UploadForm]
+) -> Status[dict[str, Any]]:
+    """Multipart upload (`files` repeated) into a folder with an access choice, the same rules as the
+    library page: identical content is a no-op, a changed file with the same name replaces the old
+    version. Each file succeeds or fails alone (`error`); 201 when at least one new document was made."""
+    _manager(request)
+    try:
+        target = upload_target_of(folder_id=form.folder, access=form.access, group_ids=form.groups, user_ids=form.users)
+    except UploadFormError as exc:
+        raise HttpError(400, str(exc)) from None
+    items = []
+    for upload in files:
+        name = upload.name or "upload"
+        try:
+            result = upload_store(target=target, upload=upload, uploaded_by=request.user)
+        except UploadRejected as exc:
+            items.append({"filename": name, "created": False, "queued": False, "error": str(exc), "document": None})
+            continue
+        items.append(
+            {
+                "filename": name,
+                "created": result.created,
+                "queued": result.queued,
+                "error": None,
+                "document": _fresh(result.document),
+            }
+        )
+    return Status(201 if any(item["created"] for item in items) else 200, {"items": items})
+
+
+@documents.get("/{pk}", response={200: DocumentOut, **ERRORS}, auth=READ, summary="One document")
+def document_detail(request: HttpRequest, pk: int) -> dict[str, Any]:
+    """Status, failure stage and reason, index version, counts. 404 for a document the caller may not read."""
+    if user_can_manage_documents(request.user):
+        return _fresh(document_get_followable(user=request.user, pk=pk))
+    return _document_out(document_get(user=request.user, pk=pk), manage=False)
+
+
+def _requeue(request: HttpRequest, pk: int, service: Callable[..., None]) -> Status[dict[str, Any]]:
+    _manager(request)
+    document = document_get_followable(user=request.user, pk=pk)
+    try:
+        service(document=document)
+    except DocumentStateConflict as exc:
+        raise HttpError(409, str(exc)) from None
+    return Status(202, _fresh(document))
+
+
+@documents.post(
+    "/{pk}/retry", response={202: DocumentOut, 409: ErrorOut, **ERRORS}, auth=WRITE, summary="Retry a failed document"
+)
+def document_retry_one(request: HttpRequest, pk: int) -> Status[dict[str, Any]]:
+    """Queue a failed document again; 409 when it has not failed."""
+    return _requeue(request, pk, document_retry)
+
+
+@documents.post(
+    "/{pk}/reindex", response={202: DocumentOut, 409: ErrorOut, **ERRORS}, auth=WRITE, summary="Re-index a document"
+)
+def document_reindex_one(request: HttpRequest, pk: int) -> Status[dict[str, Any]]:
+    """Index a ready (e.g. stale) or failed document again; 409 while it is being indexed."""
+    return _requeue(request, pk, document_reindex)
+
+
+@documents.put(
+    "/{pk}/access", response={200: DocumentOut, 400: ErrorOut, **ERRORS}, auth=WRITE, summary="Change who may read"
+)
+def document_access(request: HttpRequest, pk: int, payload: AccessIn) -> dict[str, Any]:
+    """Takes effect in search at once: the document's chunks carry the new readers in the same transaction."""
+    _manager(request)
+    document = document_get_followable(user=request.user, pk=pk)
+    groups, users = _readers(payload.groups, payload.users)
+    if payload.inherit and document.folder_id is None:
+        raise HttpError(400, "The document is in no folder, so it has no folder access to inherit.")
+    if not (payload.inherit or payload.public or groups or users):
+        raise HttpError(400, "Choose inherit, public, or at least one group or person who may read the document.")
+    document_set_access(document=document, inherit=payload.inherit, public=payload.public, groups=groups, users=users)
+    return _fresh(document)
+
+
+@documents.delete("/{pk}", response={204: None, **ERRORS}, auth=WRITE, summary="Delete a document")
+def document_remove(request: HttpRequest, pk: int) -> Status[None]:
+    """Removes the document, its passages and its file."""
+    _manager(request)
+    document_delete(document=document_get_followable(user=request.user, pk=pk))
+    return Status(204, None)
+
+
+# --------------------------------------------------------------------------- folders
+
+
+def _folder_access(folder: Folder) -> dict[str, Any]:
+    return {"inherit": False, "public": folder.public, "groups": _ids(folder.groups), "users": _ids(folder.users)}
+
+
+def _folder_out(row: dict[str, Any], *, manage: bool) -> dict[str, Any]:
+    show = manage and row["id"] != "none"
+    folder = Folder.objects.prefetch_related("groups", "users").get(pk=row["id"]) if show else None
+    return {**row, "access": _folder_access(folder) if folder else None}
+
+
+@folders.get("", response={200: list[FolderOut], **ERRORS}, auth=READ, summary="List folders")
+def folder_index(request: HttpRequest) -> list[dict[str, Any]]:
+    """Folders with how many documents the caller may read in each. Managers see every folder and its
+    readers; others only folders that hold something they may read."""
+    rows = library_folders(user=request.user)
+    if not user_can_manage_documents(request.user):
+        return [{**row, "access": None} for row in rows]
+    grants = {f.pk: f for f in Folder.objects.prefetch_related("groups", "users")}
+    return [{**row, "access": _folder_access(grants[row["id"]]) if row["id"] in grants else None} for row in rows]
+
+
+@folders.post("", response={201: FolderOut, 400: ErrorOut, 409: ErrorOut, **ERRORS}, auth=WRITE, summary="Create a folder")
+def folder_add(request: HttpRequest, payload: FolderIn) -> Status[dict[str, Any]]:
+    """A new folder; private unless `public`. 409 when the name is taken."""
+    _manager(request)
+    groups, users = _readers(payload.groups, payload.users)
+    try:
+        folder = folder_create(name=payload.name, public=payload.public, groups=groups, users=users)
+    except DocumentStateConflict as exc:
+        raise HttpError(409, str(exc)) from None
+    return Status(201, _folder_out(folder_get(user=request.user, pk=folder.pk), manage=True))
+
+
+@folders.get("/{pk}", response={200: FolderOut, **ERRORS}, auth=READ, summary="One folder")
+def folder_detail(request: HttpRequest, pk: int) -> dict[str, Any]:
+    """A folder the caller would see in the list (404 otherwise), with its count of readable documents."""
+    return _folder_out(folder_get(user=request.user, pk=pk), manage=user_can_manage_documents(request.user))
+
+
+@folders.put(
+    "/{pk}/access", response={200: FolderOut, 400: ErrorOut, **ERRORS}, auth=WRITE, summary="Change a folder's readers"
+)
+def folder_access(request: HttpRequest, pk: int, payload: FolderAccessIn) -> dict[str, Any]:
+    """Every document that inherits the folder's access follows, in the same transaction."""
+    _manager(request)
+    folder_get(user=request.user, pk=pk)
+    groups, users = _readers(payload.groups, payload.users)
+    folder_set_access(folder=Folder.objects.get(pk=pk), public=payload.public, groups=groups, users=users)
+    return _folder_out(folder_get(user=request.user, pk=pk), manage=True)
+
+
+@folders.delete("/{pk}", response={204: None, 409: ErrorOut, **ERRORS}, auth=WRITE, summary="Delete an empty folder")
+def folder_remove(request: HttpRequest, pk: int) -> Status[None]:
+    """Refused (409) while the folder holds documents: they would lose the access they inherit."""
+    _manager(request)
+    folder_get(user=request.user, pk=pk)
+    try:
+        folder_delete(folder=Folder.objects.get(pk=pk))
+    except DocumentStateConflict as exc:
+        raise HttpError(409, str(exc)) from None
+    return Status(204, None)
