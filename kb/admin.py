@@ -88,7 +88,7 @@ class DocumentAdmin(VisibleRowsMixin, admin.ModelAdmin):
     # name, re-upload rules); an edited field here would bypass all of them.
     readonly_fields = (
         "file", "pending_acl", "filename", "mime_type", "sha256", "size", "status", "failed_stage", "failure_reason", "attempts",
-        "acl", "extractor_version", "pipeline_version", "embedding_model", "embedding_dimensions",
+        "acl", "extractor_version", "pipeline_version", "late_version", "embedding_model", "embedding_dimensions",
         "chunk_count", "token_total", "token_max", "indexed_at", "warnings", "uploaded_by", "created_at", "updated_at",
     )
     fieldsets = (
@@ -96,7 +96,7 @@ class DocumentAdmin(VisibleRowsMixin, admin.ModelAdmin):
         ("Access", {"fields": ("inherit_access", "public", "groups", "users", "acl", "pending_acl")}),
         ("Pipeline", {"fields": ("status", "failed_stage", "failure_reason", "attempts", "warnings")}),
         ("Index", {"fields": (
-            "embedding_model", "embedding_dimensions", "pipeline_version", "extractor_version",
+            "embedding_model", "embedding_dimensions", "pipeline_version", "extractor_version", "late_version",
             "chunk_count", "token_total", "token_max", "indexed_at",
         )}),
         ("Source", {"fields": ("filename", "mime_type", "sha256", "size", "uploaded_by", "created_at", "updated_at")}),
@@ -130,7 +130,7 @@ class DocumentAdmin(VisibleRowsMixin, admin.ModelAdmin):
     def index_badge(self, obj: Document) -> str:
         if obj.status != Document.Status.READY:
             return format_html('<span class="kb-badge kb-none">{}</span>', "not indexed")
-        version = f"p{obj.pipeline_version} e{obj.extractor_version} · {obj.embedding_model}"
+        version = f"p{obj.pipeline_version} e{obj.extractor_version} l{obj.late_version} · {obj.embedding_model}"
         if document_is_stale(obj):
             return format_html(
                 '<span class="kb-badge kb-stale" title="current: {}">stale · {}</span>',

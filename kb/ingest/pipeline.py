@@ -95,11 +95,11 @@ def ingest(document_id: int) -> str:
         stage = Document.Status.EMBEDDING
         _current(document_id, version).update(progress_done=0, progress_total=len(drafts))
         _enter(document_id, version, stage)
-        vectors = _embed_with_progress(document_id, version, [draft.text for draft in drafts])
+        vectors, pieces = _embed_with_progress(document_id, version, [draft.text for draft in drafts])
 
         indexing.replace_chunks(
             document=document, title=title, extracted=extracted, drafts=drafts, audiences=audiences, vectors=vectors,
-            version=version,
+            version=version, pieces=pieces,
         )
         publish_document_status(document_id)
         return Document.Status.READY
@@ -116,16 +116,20 @@ def ingest(document_id: int) -> str:
     return _status(document_id)
 
 
-def _embed_with_progress(document_id: int, version: int, texts: list[str]) -> np.ndarray:
-    """Embed in slices, reporting `progress_done` after each so the library can show n/m."""
-    parts = []
+def _embed_with_progress(document_id: int, version: int, texts: list[str]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Embed in slices, reporting `progress_done` after each so the library can show n/m.
+
+    Returns each text's vector and its word-piece vectors (for late interaction) from the same pass."""
+    parts, pieces = [], []
     for start in range(0, len(texts), PROGRESS_EVERY):
-        parts.append(embedding.embed(texts[start : start + PROGRESS_EVERY]))
+        vectors, slice_pieces = embedding.embed_with_pieces(texts[start : start + PROGRESS_EVERY])
+        parts.append(vectors)
+        pieces.extend(slice_pieces)
         _current(document_id, version).update(
             progress_done=min(start + PROGRESS_EVERY, len(texts)), updated_at=timezone.now()
         )
         publish_document_status(document_id)
-    return np.concatenate(parts)
+    return np.concatenate(parts), pieces
 
 
 def _fail(document_id: int, version: int, stage: str, reason: str) -> None:

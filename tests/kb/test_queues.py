@@ -11,7 +11,7 @@ import pytest
 from kb.celery import app
 from kb.launcher import workers
 from kb.queues import ANSWERS, INGEST
-from tests.chat.conftest import SHIPMENTS, EXPORT_QUESTION, add_document
+from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS, add_document
 from tests.conftest import start_worker, stop_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
