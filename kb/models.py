@@ -87,6 +87,9 @@ class Document(models.Model):
     token_total = models.PositiveIntegerField(default=0)
     token_max = models.PositiveIntegerField(default=0)
     indexed_at = models.DateTimeField(null=True, blank=True)
+    stage_seconds = models.JSONField(
+        default=dict, blank=True, help_text="Seconds each ingest stage took in the last run (kb.ingest.pipeline)"
+    )
 
     uploaded_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="uploaded_documents"
