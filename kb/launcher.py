@@ -106,7 +106,7 @@ class Launcher:
                 os.nice(niceness)
 
         process = subprocess.Popen(
-            list(argv), env={**self.env, **(env or {})}, start_new_session=True, preexec_fn=prepare  # noqa: PLW1509 (no threads here)
+            list(argv), env={**self.env, **(env or {})}, start_new_session=True, preexec_fn=prepare
         )
         self.children.append(process)
         self.lifeline.guard_group(process.pid)
