@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS, VAULT, VAULT_QUESTION
 from chat.api import PREVIEW_CHARS
+from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS, VAULT, VAULT_QUESTION
 from tests.conftest import start_worker, stop_process
 from tests.web.conftest import assert_clean, assert_fits_width, assert_labelled, make_document, screenshot
 from tests.web.test_browser import HOSTILE_MD, PHONE, first_mark_in_view, text_of_marks
