@@ -1,6 +1,15 @@
 """Chat benchmark: time to first token and total time, and memory over 1,000 answers.
 
     .venv/bin/python bench/chat.py [--answers 1000] [--json OUT]
+    .venv/bin/python bench/chat.py --ttft [--questions 200] [--runs 3] [--json OUT]
+
+`--ttft` measures what a user waits for, end to end, on the development corpus
+(../shared/eval): real Daphne and the two Celery workers exactly as `make run` starts them
+(kb.launcher.workers), and for each question the time from `POST /api/ask` to the first
+`token` event on the conversation's websocket. Each run asks the questions once with
+nothing else running and once while `manage.py ingest` indexes the development corpus
+again (into fresh folders, round after round, on the ingest worker); it prints p50/p95
+of both per run, their medians over the runs, and the load average beside each.
 
 Like `manage.py evaluate`, it never touches the live knowledge base: it creates a scratch
 database on the same PostgreSQL server, runs itself again as a child process against it
@@ -29,6 +38,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 EVAL_DIR = ROOT / "demo" / "eval"
+DEV_DIR = ROOT.parent / "shared" / "eval"
 GROWTH_LIMIT = 0.10
 
 
@@ -64,10 +74,10 @@ def _people(acl: dict[str, Any]) -> Any:
     return reader, groups
 
 
-def _ingest(acl: dict[str, Any], groups: dict[str, Any]) -> int:
+def _ingest(acl: dict[str, Any], groups: dict[str, Any], eval_dir: Path = EVAL_DIR) -> int:
     from kb.ingest.batch import expand_paths, ingest_paths
 
-    corpus = EVAL_DIR / "corpus"
+    corpus = eval_dir / "corpus"
     ready = 0
     for path in expand_paths([corpus]):
         group = acl.get("groups", {}).get(path.relative_to(corpus).as_posix(), "everyone")
@@ -138,20 +148,20 @@ def run_inner(answers: int) -> dict[str, Any]:
 # Outer half: scratch database ---------------------------------------------------------------
 
 
-def run_outer(answers: int) -> dict[str, Any]:
+def run_outer(extra: list[str]) -> dict[str, Any]:
     from django.conf import settings
     from django.db import connection
 
     from search.evaluation.runner import database_url, scratch_database
 
     with scratch_database(connection.settings_dict) as name, tempfile.TemporaryDirectory(prefix="kb-bench-") as tmp:
-        print(f"scratch database {name} (dropped at the end); ingesting {EVAL_DIR / 'corpus'} …", file=sys.stderr)
+        print(f"scratch database {name} (dropped at the end); ingesting the corpus …", file=sys.stderr)
         out = Path(tmp) / "results.json"
         env = dict(os.environ)
         env.update(DATABASE_URL=database_url(connection.settings_dict, name), REDIS_URL=settings.REDIS_URL,
                    SECRET_KEY=settings.SECRET_KEY, KB_MEDIA_ROOT=str(Path(tmp) / "media"), DEBUG="0",
                    KB_ANSWER_BACKEND="extractive", PYTHONUNBUFFERED="1")
-        command = [sys.executable, str(Path(__file__).resolve()), "--inner", str(out), "--answers", str(answers)]
+        command = [sys.executable, str(Path(__file__).resolve()), "--inner", str(out), *extra]
         child = subprocess.run(command, env=env, cwd=ROOT)
         if child.returncode != 0 or not out.exists():
             raise SystemExit(f"the benchmark run failed (exit {child.returncode})")
@@ -183,16 +193,38 @@ def report(result: dict[str, Any]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--answers", type=int, default=1000, help="answers for the memory run (RSS at 100 and at the end)")
+    parser.add_argument("--ttft", action="store_true", help="end-to-end time to first token, quiet and during ingestion")
+    parser.add_argument("--questions", type=int, default=200, help="questions per phase of a --ttft run")
+    parser.add_argument("--runs", type=int, default=3, help="--ttft runs (medians over them are printed)")
+    parser.add_argument("--eval-dir", type=Path, default=DEV_DIR, help="the set --ttft asks (default ../shared/eval)")
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     parser.add_argument("--inner", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.answers < 100:
         parser.error("--answers must be at least 100")
+    if args.ttft and (args.questions < 1 or args.runs < 1):
+        parser.error("--questions and --runs must be at least 1")
     _setup()
     if args.inner:
-        args.inner.write_text(json.dumps(run_inner(args.answers)))
+        if args.ttft:
+            from bench.ttft import run_ttft
+
+            result = run_ttft(eval_dir=args.eval_dir, questions=args.questions, runs=args.runs)
+        else:
+            result = run_inner(args.answers)
+        args.inner.write_text(json.dumps(result))
         return
-    result = run_outer(args.answers)
+    if args.ttft:
+        result = run_outer(["--ttft", "--questions", str(args.questions), "--runs", str(args.runs),
+                            "--eval-dir", str(args.eval_dir.resolve())])
+        from bench.ttft import report_ttft
+
+        for line in report_ttft(result):
+            print(line)
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2))
+        return
+    result = run_outer(["--answers", str(args.answers)])
     for line in report(result):
         print(line)
     if args.json:

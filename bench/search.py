@@ -1,14 +1,19 @@
-"""Search latency and ANN recall on a synthetic index of 100,000 chunks.
+"""Search latency and ANN recall: on the development corpus, then on a synthetic index of 100,000 chunks.
 
-    .venv/bin/python bench/search.py [--chunks 100000] [--queries 140] [--visible 0.3]
+    .venv/bin/python bench/search.py [--chunks 100000] [--queries 140] [--runs 3]
 
 Runs in a scratch database on the knowledge base's PostgreSQL server (dropped at the end).
-Chunk texts cycle through the real ../shared/eval corpus; vectors are the real chunk
-embeddings perturbed with noise (so the index sees clustered, text-like data, not uniform
-noise, which HNSW handles very differently); ACLs are spread so a typical user can read
-about 30% of the rows. Prints the server-side latency of the production hybrid query
-(without embedding the query) and the dense list's recall@30 against an exact scan
-under the same ACL filter.
+First the development corpus (../shared/eval) is ingested through the real pipeline and
+the whole server-side retrieval (`hybrid_search`: intent, query embedding, candidates,
+MMR, late interaction from the stored word-piece vectors, gate) is timed for every
+question, `--runs` times. Then synthetic chunks fill the index up to `--chunks`: texts
+and word-piece vectors cycle through the real corpus's chunks; vectors are the real chunk
+embeddings blended and perturbed with noise (so the index sees clustered, text-like data,
+not uniform noise, which HNSW handles very differently); ACLs are spread so the user can
+read about a third of the rows. At that size it prints the same end-to-end figure, the
+candidate query alone and its lists, the late stage alone, and the dense list's
+recall@30 against an exact scan under the same ACL filter. Every figure is the median over
+the runs of each run's p50/p95, with the load average beside it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +66,8 @@ def seed_texts(corpus: Path) -> list[str]:
     return texts
 
 
-def bulk_load(n: int, texts: list[str], base: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, list[list[str]]]:
+def bulk_load(n: int, texts: list[str], base: np.ndarray, packed: list[bytes],
+              rng: np.random.Generator) -> tuple[np.ndarray, list[list[str]]]:
     """COPY n chunks with indexes dropped, then rebuild them (as a bulk import would)."""
     import numpy as np
     from django.db import connection
@@ -89,18 +96,19 @@ def bulk_load(n: int, texts: list[str], base: np.ndarray, rng: np.random.Generat
             cur.execute("DROP INDEX " + definition.split(" INDEX ", 1)[1].split(" ON ", 1)[0])
         cur.execute("INSERT INTO kb_document (title, file, filename, mime_type, sha256, size, inherit_access, public, acl,"
                     " status, failed_stage, failure_reason, attempts, audience_default, canonical_text, pages, warnings,"
-                    " embedding_model, chunk_count, token_total, token_max, progress_done, progress_total, created_at, updated_at)"
+                    " embedding_model, chunk_count, token_total, token_max, progress_done, progress_total, stage_seconds,"
+                    " created_at, updated_at)"
                     " SELECT 'doc ' || g, '', '', 'text/markdown', '', 0, false, false, '{}', 'ready', '', '', 1, '', '',"
-                    " '[]', '[]', %s, 0, 0, 0, 0, 0, now(), now() FROM generate_series(1, %s) g RETURNING id",
+                    " '[]', '[]', %s, 0, 0, 0, 0, 0, '{}', now(), now() FROM generate_series(1, %s) g RETURNING id",
                     ["all-MiniLM-L6-v2", max(1, n // 100)])
         documents = [row[0] for row in cur.fetchall()]
         started = time.perf_counter()
         with cur.copy("COPY kb_chunk (document_id, ordinal, stable_id, kind, audience, breadcrumb, text, content,"
-                      " start, \"end\", split_group, tokens, embedding, acl) FROM STDIN") as copy:
+                      " start, \"end\", split_group, tokens, embedding, late_vectors, acl) FROM STDIN") as copy:
             for i in range(n):
                 text = texts[seeds[i]]
                 copy.write_row((documents[i % len(documents)], i // len(documents), f"s{i}", "section", "concept",
-                                "bench", text, text, 0, len(text), "", 100, vectors[i], acls[i]))
+                                "bench", text, text, 0, len(text), "", 100, vectors[i], packed[seeds[i]], acls[i]))
         load_s = time.perf_counter() - started
         started = time.perf_counter()
         cur.execute("SET maintenance_work_mem = '1GB'")
@@ -109,9 +117,39 @@ def bulk_load(n: int, texts: list[str], base: np.ndarray, rng: np.random.Generat
         cur.execute("REFRESH MATERIALIZED VIEW search_lexeme_stats")
         cur.execute("ANALYZE kb_chunk")
         index_s = time.perf_counter() - started
+        cur.execute("SELECT pg_total_relation_size('kb_chunk')")
+        table_bytes = cur.fetchone()[0]
     raw.commit()
-    print(f"loaded {n} chunks in {load_s:.1f} s, built {len(indexes)} indexes + statistics in {index_s:.1f} s")
+    print(f"loaded {n} chunks in {load_s:.1f} s, built {len(indexes)} indexes + statistics in {index_s:.1f} s; "
+          f"chunk table with indexes and TOAST {table_bytes / 2**30:.2f} GiB; "
+          f"word-piece vectors {np.mean([len(p) for p in packed]) / 1024:.1f} KiB per chunk on average")
     return vectors, acls
+
+
+def load_average() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load {one:.2f}/{five:.2f}"
+
+
+def timed(label: str, runs: int, once: Callable[[], list[float]]) -> None:
+    """Print the median over `runs` of each run's p50 and p95 (milliseconds), with the load average."""
+    import numpy as np
+
+    p50s, p95s, loads = [], [], []
+    for _ in range(runs):
+        times = once()
+        p50s.append(float(np.percentile(times, 50)))
+        p95s.append(float(np.percentile(times, 95)))
+        loads.append(load_average())
+    print(f"  {label}: p50 {np.median(p50s):.1f} ms, p95 {np.median(p95s):.1f} ms "
+          f"(median of {runs} runs; p95 per run {', '.join(f'{v:.1f}' for v in p95s)}; {' · '.join(loads)})")
+
+
+def retrieval_times(user: Any, questions: list[str]) -> list[float]:
+    """Server-side retrieval as chat runs it: hybrid_search's own total (intent, embedding, SQL, MMR, late, gate)."""
+    from search.retrieval import hybrid_search
+
+    return [hybrid_search(user=user, query=q).timings_ms["total"] for q in questions]
 
 
 def inner(args: argparse.Namespace) -> None:
@@ -122,65 +160,87 @@ def inner(args: argparse.Namespace) -> None:
 
     import numpy as np
     from django.conf import settings
+    from django.contrib.auth.models import Group, User
     from django.core.management import call_command
     from django.db import connection
 
+    from accounts.acl import user_principals
     from kb.ingest import embedding
+    from kb.ingest.batch import ingest_paths
+    from kb.ingest.pieces import pack
+    from kb.models import Chunk
     from search.retrieval import SearchOptions
 
     call_command("migrate", verbosity=0)
     rng = np.random.default_rng(7)
     corpus = ROOT.parent / "shared" / "eval" / "corpus"
-    texts = seed_texts(corpus)
-    base = embedding.embed(texts)
-    vectors, acls = bulk_load(args.chunks, texts, base, rng)
-
     questions = [json.loads(line)["query"] for line in (corpus.parent / "questions.jsonl").open()][: args.queries]
+    # Group ids 1-3 are the synthetic rows' g:1-g:3 too: the user reads 10% + 90% * 3/10 of them.
+    groups = {name: Group.objects.create(name=name) for name in ("engineering", "finance", "hr")}
+    user = User.objects.create_user("bench-reader")
+    user.groups.set(groups.values())
+    for folder in sorted(p for p in corpus.iterdir() if p.is_dir()):
+        ingest_paths([folder], groups=[groups[folder.name]] if folder.name in groups else None, sync=True)
+    print(f"development corpus: {Chunk.objects.count()} chunks; {len(questions)} queries; {os.cpu_count()} CPUs")
+    for q in questions[:5]:  # warm: model, connections, caches
+        retrieval_times(user, [q])
+    timed("retrieval, server side (embedding, candidates, MMR, late stage, gate)", args.runs,
+          lambda: retrieval_times(user, questions))
+
+    texts = seed_texts(corpus)
+    base, pieces = embedding.embed_with_pieces(texts)
+    vectors, acls = bulk_load(args.chunks - Chunk.objects.count(), texts, base, [pack(p) for p in pieces], rng)
+    principals = user_principals(user)
     query_vectors = embedding.embed(questions)
-    principals = ["everyone", "u:1", "g:1", "g:2"]
     visible = np.array([bool(set(a) & set(principals)) for a in acls])
-    print(f"user can read {visible.mean():.1%} of {len(acls)} chunks; ef_search {settings.KB_SEARCH_EF_SEARCH}, "
-          f"iterative scan relaxed_order; {len(questions)} queries")
+    print(f"{Chunk.objects.count()} chunks; the user can read {visible.mean():.1%} of the synthetic ones; "
+          f"ef_search {settings.KB_SEARCH_EF_SEARCH}, iterative scan relaxed_order")
+    for q in questions[:5]:
+        retrieval_times(user, [q])
+    timed("retrieval, server side (embedding, candidates, MMR, late stage, gate)", args.runs,
+          lambda: retrieval_times(user, questions))
 
     with connection.cursor() as cur:
-        cur.execute("SELECT min(id) FROM kb_chunk")
+        cur.execute("SELECT min(id) FROM kb_chunk WHERE breadcrumb = 'bench'")
         first = cur.fetchone()[0]
     ids = np.arange(len(acls)) + first  # identity ids follow COPY order in a fresh table
-    exact_top = []
-    for v in query_vectors:
-        sims = vectors[visible] @ v
-        exact_top.append(set(ids[visible][np.argsort(-sims)[:30]].tolist()))
+    # Exact top 30 over every row the user may read: the real chunks (all readable) and the visible synthetic ones.
+    real = list(Chunk.objects.exclude(breadcrumb="bench").values_list("pk", "embedding"))
+    readable_ids = np.concatenate([np.array([pk for pk, _ in real]), ids[visible]])
+    readable = np.vstack([np.array([e for _, e in real], dtype=np.float32), vectors[visible]])
+    exact_top = [set(readable_ids[np.argsort(-(readable @ v))[:30]].tolist()) for v in query_vectors]
     for ef in args.ef:
         for share in args.select_share:
             for n in args.candidates:
                 options = SearchOptions(ef_search=ef, lexical_select_share=share, candidates=n)
-                measure(options, principals, questions, query_vectors, exact_top)
-    measure_late(SearchOptions(), principals, questions, query_vectors)
+                measure(options, principals, questions, query_vectors, exact_top, args.runs)
+    measure_late(SearchOptions(), principals, questions, query_vectors, args.runs)
 
 
 def measure_late(options: SearchOptions, principals: list[str], questions: list[str],
-                 query_vectors: np.ndarray) -> None:
-    """The late-interaction stage on each query's top fused hits, with a cold cache (the worst case)."""
-    import numpy as np
-
+                 query_vectors: np.ndarray, runs: int) -> None:
+    """The late-interaction stage alone on each query's top fused hits: read their stored vectors, score."""
     from kb.ingest import embedding
     from search import late
     from search.retrieval import WORD, _candidates
 
-    times = []
-    for q, v in zip(questions, query_vectors, strict=True):
-        rows = _candidates(principals=principals, query=q, vector=v, options=options)[: options.late_depth]
-        pieces = embedding.embed_query(q)[1]  # comes with the query's embedding in production
-        late._cache.clear()
-        started = time.perf_counter()
-        late.scores(q, pieces, [m.span() for m in WORD.finditer(q)], [(row[0], row[8]) for row in rows])
-        times.append((time.perf_counter() - started) * 1000)
-    print(f"-- late interaction on the top {options.late_depth} hits (chunks' pieces encoded, "
-          f"cold cache): p50 {np.percentile(times, 50):.0f} ms, p95 {np.percentile(times, 95):.0f} ms")
+    heads = [_candidates(principals=principals, query=q, vector=v, options=options)[: options.late_depth]
+             for q, v in zip(questions, query_vectors, strict=True)]
+    pieces = [embedding.embed_query(q)[1] for q in questions]  # comes with the query's embedding in production
+
+    def once() -> list[float]:
+        times = []
+        for q, rows, p in zip(questions, heads, pieces, strict=True):
+            started = time.perf_counter()
+            late.scores(q, p, [m.span() for m in WORD.finditer(q)], late.chunk_vectors([(row[0], row[8]) for row in rows]))
+            times.append((time.perf_counter() - started) * 1000)
+        return times
+
+    timed(f"late interaction on the top {options.late_depth} hits (stored vectors read and scored)", runs, once)
 
 
 def measure(options: SearchOptions, principals: list[str], questions: list[str], query_vectors: np.ndarray,
-            exact_top: list[set[int]]) -> None:
+            exact_top: list[set[int]], runs: int) -> None:
     from dataclasses import replace
 
     import numpy as np
@@ -219,16 +279,17 @@ def measure(options: SearchOptions, principals: list[str], questions: list[str],
                 cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
                 plan = [r[0][:160] for r in cur.fetchall()]
             print(f"    slowest: {questions[slowest]!r}\n    " + "\n    ".join(plan))
-    timings, recalls = [], []
-    for q, v, exact in zip(questions, query_vectors, exact_top, strict=True):
-        started = time.perf_counter()
-        _candidates(principals=principals, query=q, vector=v, options=options)
-        timings.append((time.perf_counter() - started) * 1000)
-        got = {row[0] for row in run(parts["dense only"], q, v)[:30]}
-        recalls.append(len(got & exact) / 30)
-    t = np.array(timings)
-    print(f"  hybrid query (dense + IDF lexical + trigram, ACL in each): p50 {np.percentile(t, 50):.1f} ms, "
-          f"p95 {np.percentile(t, 95):.1f} ms, max {t.max():.1f} ms")
+    def hybrid() -> list[float]:
+        times = []
+        for q, v in zip(questions, query_vectors, strict=True):
+            started = time.perf_counter()
+            _candidates(principals=principals, query=q, vector=v, options=options)
+            times.append((time.perf_counter() - started) * 1000)
+        return times
+
+    timed("candidate query alone (dense + IDF lexical + trigram, ACL in each; no embedding)", runs, hybrid)
+    recalls = [len({row[0] for row in run(parts["dense only"], q, v)[:30]} & exact) / 30
+               for q, v, exact in zip(questions, query_vectors, exact_top, strict=True)]
     print(f"  dense recall@30 vs exact scan under the same ACL: mean {np.mean(recalls):.3f}, "
           f"p5 {np.percentile(recalls, 5):.3f}, min {np.min(recalls):.3f}")
 
@@ -237,6 +298,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=140)
+    parser.add_argument("--runs", type=int, default=3, help="repetitions of every timing (medians are printed)")
     parser.add_argument("--ef", type=lambda v: [int(x) for x in v.split(",")], default=None,
                         help="ef_search values to measure, comma-separated (default: the configured one)")
     parser.add_argument("--select-share", type=lambda v: [float(x) for x in v.split(",")], default=None)

@@ -23,6 +23,8 @@ from chat.selectors import MessageView
 
 router = Router(tags=["chat"], auth=api_auth(Scope.ASK))
 
+PREVIEW_CHARS = 300  # of a quote in a list; answers get four times as much
+
 
 class AskIn(Schema):
     question: str = Field(min_length=1, max_length=services.MAX_QUESTION)
@@ -100,11 +102,48 @@ class ReviewAnswerOut(MessageOut):
     feedback: list[FeedbackOut]
 
 
+class ReviewCitationBriefOut(Schema):
+    number: int
+    chunk_id: int | None
+    document_id: int
+    document_title: str
+    label: str
+    link: str
+    quote: str = Field(description=f"The first {PREVIEW_CHARS} characters of the quote")
+    quote_truncated: bool = Field(description="The whole quote is in GET /review/answers/{id}")
+    page: int | None
+
+
+class ReviewAnswerBriefOut(Schema):
+    """What one entry of the review desk shows; GET /review/answers/{id} has the rest."""
+
+    id: int
+    conversation: int
+    owner: str
+    question: str
+    status: str
+    text: str = Field(description=f"The first {PREVIEW_CHARS * 4} characters of the answer")
+    text_truncated: bool
+    withheld: bool
+    refusal_reason: str
+    error: str
+    backend: str
+    citations: list[ReviewCitationBriefOut]
+    restricted_citations: list[int]
+    feedback: list[FeedbackOut]
+    created_at: datetime
+
+
 class ReviewFilter(Schema):
     flagged: bool | None = None
     status: Literal["pending", "running", "done", "refused", "failed"] | None = None
-    limit: int = Field(default=50, ge=1, le=200)
+    limit: int = Field(default=20, ge=1, le=100)
     before: int | None = Field(default=None, description="Only answers with a smaller id (the next page)")
+
+
+class ConversationPage(Schema):
+    limit: int = Field(default=50, ge=1, le=200)
+    offset: int = Field(default=0, ge=0, description="Conversations to skip (the next page: offset + limit)")
 
 
 def stream_path(conversation_id: int) -> str:
@@ -141,6 +180,31 @@ def _review(view: MessageView) -> dict[str, Any]:
     }
 
 
+def _preview(text: str, limit: int) -> tuple[str, bool]:
+    """The start of `text`, cut at a word where one is near, and whether anything was cut."""
+    if len(text) <= limit:
+        return text, False
+    cut = text[:limit]
+    return (cut.rsplit(" ", 1)[0] if " " in cut[limit // 2 :] else cut) + "…", True
+
+
+def _review_brief(view: MessageView) -> dict[str, Any]:
+    m = view.message
+    text, text_truncated = _preview(view.text or "", PREVIEW_CHARS * 4)
+    citations = []
+    for c in view.citations:
+        quote, cut = _preview(c["quote"], PREVIEW_CHARS)
+        citations.append({k: c[k] for k in ("number", "chunk_id", "document_id", "document_title", "label", "link",  # type: ignore[literal-required]
+                                            "page")} | {"quote": quote, "quote_truncated": cut})
+    return {
+        "id": m.pk, "conversation": m.conversation_id, "owner": m.conversation.owner.get_username(),
+        "question": m.question.text if m.question else "", "status": m.status, "text": text,
+        "text_truncated": text_truncated, "withheld": view.withheld, "refusal_reason": m.refusal_reason,
+        "error": m.error, "backend": m.backend, "citations": citations, "restricted_citations": view.restricted,
+        "feedback": [_feedback(f) for f in m.feedback.all()], "created_at": m.created_at,
+    }
+
+
 def _require_reviewer(request: HttpRequest) -> None:
     if not selectors.is_reviewer(request.user):
         raise HttpError(403, "only support staff may review answers")
@@ -161,8 +225,9 @@ def ask(request: HttpRequest, payload: AskIn) -> Status[dict[str, Any]]:
 
 
 @router.get("/conversations", response=list[ConversationSummaryOut])
-def conversations(request: HttpRequest) -> Any:
-    return selectors.conversation_list(user=request.user)
+def conversations(request: HttpRequest, page: Query[ConversationPage]) -> Any:
+    """The caller's conversations, most recently active first, a page at a time."""
+    return selectors.conversation_list(user=request.user, limit=page.limit, offset=page.offset)
 
 
 @router.get("/conversations/{conversation_id}", response=ConversationOut)
@@ -194,13 +259,14 @@ def rate(request: HttpRequest, message_id: int, payload: RatingIn) -> dict[str, 
     return {"rating": message.rating}
 
 
-@router.get("/review/answers", response=list[ReviewAnswerOut], tags=["review"])
+@router.get("/review/answers", response=list[ReviewAnswerBriefOut], tags=["review"])
 def review_answers(request: HttpRequest, filters: Query[ReviewFilter]) -> list[dict[str, Any]]:
-    """Recent answers with their citations and feedback, newest first (support staff only)."""
+    """A page of recent answers, newest first, as the review desk shows them: quotes and long answers
+    trimmed (GET /review/answers/{id} has them whole); `before=<last id>` is the next page (support staff only)."""
     _require_reviewer(request)
     answers = selectors.review_answers(flagged=filters.flagged, status=filters.status, limit=filters.limit,
                                        before=filters.before)
-    return [_review(v) for v in selectors.message_views(answers, viewer=request.user)]
+    return [_review_brief(v) for v in selectors.message_views(answers, viewer=request.user)]
 
 
 @router.get("/review/answers/{message_id}", response=ReviewAnswerOut, tags=["review"])

@@ -30,8 +30,8 @@ def conversation_for_user(user: Any, pk: int) -> Conversation | None:
     return Conversation.objects.filter(pk=pk, owner=user).first()
 
 
-def conversation_list(*, user: Any, limit: int = 50) -> QuerySet[Conversation]:
-    return Conversation.objects.filter(owner=user).order_by("-updated_at", "-pk")[:limit]
+def conversation_list(*, user: Any, limit: int = 50, offset: int = 0) -> QuerySet[Conversation]:
+    return Conversation.objects.filter(owner=user).order_by("-updated_at", "-pk")[offset : offset + limit]
 
 
 def is_reviewer(user: Any) -> bool:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
+from celery.signals import worker_process_init
 
 
 @shared_task(name="chat.answer_message", acks_late=True, ignore_result=True)
@@ -10,3 +13,12 @@ def answer_message(message_id: int, job_id: str | None = None) -> str | None:
     from chat.services import answer_produce
 
     return answer_produce(message_id=message_id, job_id=job_id)
+
+
+@worker_process_init.connect
+def _load_the_embedding_model(**_: Any) -> None:
+    """Each worker process loads the model as it starts (after the fork: torch's thread pools are not
+    fork-safe), so no question waits seconds for it on a process's first answer."""
+    from kb.ingest import embedding
+
+    embedding.model()

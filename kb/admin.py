@@ -9,10 +9,10 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from accounts.acl import document_sync_acl, user_principals, visible_folders
-from kb.ingest.pipeline import RUNNING
+from kb.ingest.pipeline import RUNNING, STAGES
 from kb.ingest.version import current_index_version
 from kb.models import Chunk, Document, Folder
 from kb.selectors import document_is_stale, documents_stale
@@ -80,7 +80,9 @@ class StaleFilter(admin.SimpleListFilter):
 
 @admin.register(Document)
 class DocumentAdmin(VisibleRowsMixin, admin.ModelAdmin):
-    list_display = ("title", "folder", "status_badge", "index_badge", "chunk_count", "attempts", "updated_at")
+    list_display = (
+        "title", "folder", "status_badge", "index_badge", "chunk_count", "stage_timings", "attempts", "updated_at",
+    )
     list_filter = ("status", StaleFilter, ("folder", VisibleFolderFilter))
     list_select_related = ("folder",)
     search_fields = ("title", "filename")
@@ -89,21 +91,25 @@ class DocumentAdmin(VisibleRowsMixin, admin.ModelAdmin):
     # name, re-upload rules); an edited field here would bypass all of them.
     readonly_fields = (
         "file", "pending_acl", "filename", "mime_type", "sha256", "size", "status", "failed_stage", "failure_reason", "attempts",
-        "acl", "extractor_version", "pipeline_version", "embedding_model", "embedding_dimensions",
-        "chunk_count", "token_total", "token_max", "indexed_at", "warnings", "uploaded_by", "created_at", "updated_at",
+        "acl", "extractor_version", "pipeline_version", "late_version", "embedding_model", "embedding_dimensions",
+        "chunk_count", "token_total", "token_max", "indexed_at", "stage_timings", "warnings", "uploaded_by", "created_at",
+        "updated_at",
     )
     fieldsets = (
         (None, {"fields": ("title", "file", "folder", "audience_default")}),
         ("Access", {"fields": ("inherit_access", "public", "groups", "users", "acl", "pending_acl")}),
         ("Pipeline", {"fields": ("status", "failed_stage", "failure_reason", "attempts", "warnings")}),
         ("Index", {"fields": (
-            "embedding_model", "embedding_dimensions", "pipeline_version", "extractor_version",
-            "chunk_count", "token_total", "token_max", "indexed_at",
+            "embedding_model", "embedding_dimensions", "pipeline_version", "extractor_version", "late_version",
+            "chunk_count", "token_total", "token_max", "indexed_at", "stage_timings",
         )}),
         ("Source", {"fields": ("filename", "mime_type", "sha256", "size", "uploaded_by", "created_at", "updated_at")}),
     )
     actions = ("retry_ingest", "reindex")
     change_list_template = "admin/kb/document/change_list.html"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Document]:
+        return super().get_queryset(request).defer("canonical_text", "pages")  # a whole manual per row otherwise
 
     class Media:
         css = {"all": ("kb/admin.css",)}
@@ -131,13 +137,24 @@ class DocumentAdmin(VisibleRowsMixin, admin.ModelAdmin):
     def index_badge(self, obj: Document) -> str:
         if obj.status != Document.Status.READY:
             return format_html('<span class="kb-badge kb-none">{}</span>', "not indexed")
-        version = f"p{obj.pipeline_version} e{obj.extractor_version} · {obj.embedding_model}"
+        version = f"p{obj.pipeline_version} e{obj.extractor_version} l{obj.late_version} · {obj.embedding_model}"
         if document_is_stale(obj):
             return format_html(
                 '<span class="kb-badge kb-stale" title="current: {}">stale · {}</span>',
                 current_index_version().label(), version,
             )
         return format_html('<span class="kb-badge kb-current">current · {}</span>', version)
+
+    @admin.display(description="Ingest time")
+    def stage_timings(self, obj: Document) -> str:
+        """Where the last ingestion's time went, stage by stage (kb.ingest.pipeline)."""
+        if not obj.stage_seconds:
+            return "—"
+        total = sum(obj.stage_seconds.values())  # "tokens" is not inside "chunk": each second counts once
+        seconds = obj.stage_seconds
+        parts = format_html_join(" · ", "{} {}", ((name, f"{seconds[name]:.2f}") for name in STAGES if name in seconds))
+        return format_html('<span class="kb-timings" title="seconds per stage">{} s <small>({})</small></span>',
+                           f"{total:.2f}", parts)
 
     @admin.action(description="Retry failed (or stuck) documents", permissions=["change"])
     def retry_ingest(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
@@ -190,8 +207,11 @@ class ChunkAdmin(VisibleRowsMixin, admin.ModelAdmin):
     list_filter = ("kind", "audience")
     list_select_related = ("document",)
     search_fields = ("breadcrumb", "content")
-    exclude = ("embedding",)
-    readonly_fields = [f.name for f in Chunk._meta.fields if f.name not in {"embedding", "search"}]
+    exclude = ("embedding", "late_vectors")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Chunk]:
+        return super().get_queryset(request).defer("embedding", "late_vectors")  # ~55 KB a row, never shown
+    readonly_fields = [f.name for f in Chunk._meta.fields if f.name not in {"embedding", "search", "late_vectors"}]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

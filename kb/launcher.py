@@ -1,4 +1,4 @@
-"""`make run`: services, migrations, demo data, then Daphne and a Celery worker until Ctrl-C.
+"""`make run`: services, migrations, demo data, then Daphne and the Celery workers until Ctrl-C.
 
 Everything started here is stopped here: children run in their own process groups
 so the launcher decides the order (web and worker first, then Redis and PostgreSQL).
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import cast
 
-from kb import embedded
+from kb import embedded, queues
 from kb.lifeline import Lifeline, die_with_parent
 from kb.preflight import service_problems
 
@@ -99,8 +99,15 @@ class Launcher:
         if result.returncode != 0:
             raise LaunchError(f"`manage.py {' '.join(args)}` failed with status {result.returncode}")
 
-    def spawn(self, argv: Sequence[str]) -> subprocess.Popen[bytes]:
-        process = subprocess.Popen(list(argv), env=self.env, start_new_session=True, preexec_fn=die_with_parent)
+    def spawn(self, argv: Sequence[str], env: dict[str, str] | None = None, niceness: int = 0) -> subprocess.Popen[bytes]:
+        def prepare() -> None:
+            die_with_parent()
+            if niceness:
+                os.nice(niceness)
+
+        process = subprocess.Popen(
+            list(argv), env={**self.env, **(env or {})}, start_new_session=True, preexec_fn=prepare
+        )
         self.children.append(process)
         self.lifeline.guard_group(process.pid)
         return process
@@ -109,14 +116,8 @@ class Launcher:
         web = self.spawn(
             [sys.executable, "-m", "daphne", "-b", self.host, "-p", str(self.port), "kb.asgi:application"]
         )
-        self.spawn(
-            [
-                sys.executable, "-m", "celery", "-A", "kb", "worker",
-                "--loglevel", "INFO",
-                "--concurrency", os.environ.get("KB_WORKER_CONCURRENCY", "1"),
-                "--hostname", f"kb-worker-{os.getpid()}@%h",
-            ]
-        )
+        for worker in workers():
+            self.spawn(worker.argv(), env=worker.env, niceness=worker.niceness)
         wait_for_port(self.host, self.port, 60, web)
 
     def watch(self) -> int:
@@ -135,6 +136,41 @@ class Launcher:
         for name in reversed(self.owned):
             embedded.leave(name)
         self.owned.clear()
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One Celery worker that `make run` starts: the queue it serves and how it shares the CPU."""
+
+    queue: str
+    concurrency: str
+    env: dict[str, str]
+    niceness: int
+
+    def argv(self) -> list[str]:
+        return [
+            sys.executable, "-m", "celery", "-A", "kb", "worker",
+            "--loglevel", "INFO",
+            "--queues", self.queue,
+            "--concurrency", self.concurrency,
+            "--hostname", f"kb-{self.queue}-{os.getpid()}@%h",
+        ]
+
+
+def workers() -> list[Worker]:
+    """The ingest worker and the answer worker (docs/SCALING.md).
+
+    Answers embed one short query and must not queue behind documents: their processes
+    run one torch thread each (set before torch is imported, so it holds for the
+    process's life) at normal priority. Ingestion is throughput work: it keeps every
+    core (OMP_WAIT_POLICY=PASSIVE, so idle threads do not spin) but runs niced, so the
+    scheduler gives an answer's burst of work the CPU first.
+    """
+    return [
+        Worker(queues.INGEST, os.environ.get("KB_WORKER_CONCURRENCY", "1"), {}, 10),
+        Worker(queues.ANSWERS, os.environ.get("KB_ANSWER_CONCURRENCY", "2"),
+               {"OMP_NUM_THREADS": os.environ.get("KB_ANSWER_TORCH_THREADS", "1")}, 0),
+    ]
 
 
 def child_environment(database_url: str, redis_url: str) -> dict[str, str]:

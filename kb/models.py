@@ -79,6 +79,7 @@ class Document(models.Model):
     pipeline_version = models.PositiveIntegerField(null=True, blank=True)
     embedding_model = models.CharField(max_length=200, blank=True)
     embedding_dimensions = models.PositiveIntegerField(null=True, blank=True)
+    late_version = models.PositiveIntegerField(null=True, blank=True, help_text="kb.ingest.pieces.LATE_VERSION")
     # While embedding: chunks embedded so far out of the total, for live progress in the library.
     progress_done = models.PositiveIntegerField(default=0)
     progress_total = models.PositiveIntegerField(default=0)
@@ -86,6 +87,9 @@ class Document(models.Model):
     token_total = models.PositiveIntegerField(default=0)
     token_max = models.PositiveIntegerField(default=0)
     indexed_at = models.DateTimeField(null=True, blank=True)
+    stage_seconds = models.JSONField(
+        default=dict, blank=True, help_text="Seconds each ingest stage took in the last run (kb.ingest.pipeline)"
+    )
 
     uploaded_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="uploaded_documents"
@@ -139,6 +143,9 @@ class Chunk(models.Model):
     split_group = models.CharField(max_length=40, blank=True)
     tokens = models.PositiveIntegerField()
     embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS)
+    # The text's word-piece vectors for late interaction (kb.ingest.pieces), written with the
+    # embedding; read only for the top hits of a query, by primary key.
+    late_vectors = models.BinaryField(null=True, editable=False)
     search = models.GeneratedField(
         expression=SearchVector("text", config="english"),
         output_field=SearchVectorField(),

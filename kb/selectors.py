@@ -22,11 +22,12 @@ def document_index_version(document: Document) -> IndexVersion:
         embedding_dimensions=document.embedding_dimensions or 0,
         pipeline_version=document.pipeline_version or 0,
         extractor_version=document.extractor_version or 0,
+        late_version=document.late_version or 0,
     )
 
 
 def documents_stale(queryset: QuerySet[Document] | None = None) -> QuerySet[Document]:
-    """Ready documents indexed under another model, dimension, pipeline or extractor version."""
+    """Ready documents indexed under another model, dimension, pipeline, extractor or late-interaction version."""
     base = Document.objects.all() if queryset is None else queryset
     return base.filter(status=Document.Status.READY).exclude(Q(**asdict(current_index_version())))
 

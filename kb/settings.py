@@ -22,7 +22,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from kb import embedded
+from kb import embedded, queues
 from kb.env import env_bool, env_float, env_int, env_list, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -183,6 +183,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TRACK_STARTED = True
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_RESULT_EXPIRES = 24 * 3600
+# Two queues, each with its own workers (kb/launcher.py): an answer never waits behind a
+# document. Everything not routed (ingestion, statistics refresh) goes to the ingest queue.
+CELERY_TASK_DEFAULT_QUEUE = queues.INGEST
+CELERY_TASK_ROUTES = {"chat.answer_message": {"queue": queues.ANSWERS}}
 
 CHANNEL_LAYERS = {
     "default": {

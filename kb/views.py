@@ -9,6 +9,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import Group
+from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
@@ -120,14 +121,20 @@ def document_download(request: HttpRequest, pk: int) -> FileResponse:
 # --------------------------------------------------------------------------- library
 
 
+LIBRARY_PAGE = 100  # documents per library page
+
+
 @login_required
 def library(request: HttpRequest) -> HttpResponse:
     query = request.GET.get("q", "")[:200]
     folder = request.GET.get("folder", "")[:20]
     manage = user_can_manage_documents(request.user)
-    documents = list(library_documents(user=request.user, query=query, folder=folder)[:500])
+    page = Paginator(library_documents(user=request.user, query=query, folder=folder), LIBRARY_PAGE).get_page(
+        request.GET.get("page")
+    )
     context: dict[str, Any] = {
-        "documents": documents,
+        "documents": page.object_list,
+        "page": page,
         "folders": library_folders(user=request.user),
         "query": query,
         "folder": folder,

@@ -8,14 +8,12 @@ question's specific words. Query pieces are weighted by their word's IDF from
 `search_lexeme_stats`: stop words count for nothing and a word the corpus never uses
 counts most, so a passage is not rewarded for matching "how do I". The final score adds
 the chunk's cosine similarity, so the stage refines the dense ranking rather than
-replacing it.
+replacing it. The chunks' word-piece vectors are computed once, at ingest, in the same
+forward pass as their embedding, and stored next to them: a query only reads them.
 """
 
 from __future__ import annotations
 
-import hashlib
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,11 +21,8 @@ from django.conf import settings
 from django.db import connection
 
 from kb.ingest import embedding
-
-CACHE_CHUNKS = 512  # token vectors kept per process (~40 KB each in float16)
-
-_cache: OrderedDict[str, np.ndarray] = OrderedDict()
-_lock = threading.Lock()
+from kb.ingest.pieces import unpack
+from kb.models import Chunk
 
 
 def status() -> str:
@@ -68,34 +63,28 @@ def query_weights(query: str, word_spans: Sequence[tuple[int, int]]) -> np.ndarr
     return out
 
 
-def _chunk_vectors(chunks: Sequence[tuple[int, str]]) -> list[np.ndarray]:
-    keys = [f"{cid}:{hashlib.blake2b(text.encode(), digest_size=8).hexdigest()}" for cid, text in chunks]
-    with _lock:
-        known = {key: _cache[key] for key in keys if key in _cache}
-        for key in known:
-            _cache.move_to_end(key)
-    missing = [(key, text) for key, (_, text) in zip(keys, chunks, strict=True) if key not in known]
-    if missing:
-        computed = embedding.token_vectors([text for _, text in missing])
-        with _lock:
-            for (key, _), vectors in zip(missing, computed, strict=True):
-                known[key] = _cache[key] = vectors.astype(np.float16)
-            while len(_cache) > CACHE_CHUNKS:
-                _cache.popitem(last=False)
-    return [known[key] for key in keys]
+def chunk_vectors(chunks: Sequence[tuple[int, str]]) -> list[np.ndarray]:
+    """Word-piece vectors of each (chunk id, text): stored at ingest (kb.ingest.pieces), read in one query.
+
+    Only a chunk indexed before the stage existed (its document shows stale) has none; its text is
+    encoded here until it is re-indexed.
+    """
+    stored = dict(Chunk.objects.filter(pk__in=[cid for cid, _ in chunks], late_vectors__isnull=False)
+                  .values_list("pk", "late_vectors"))
+    missing = [text for cid, text in chunks if cid not in stored]
+    computed = iter(embedding.token_vectors(missing) if missing else [])
+    dimensions = settings.KB_EMBEDDING_DIMENSIONS
+    return [unpack(stored[cid], dimensions) if cid in stored else next(computed) for cid, _ in chunks]
 
 
 def scores(
-    query: str, query_vectors: np.ndarray, word_spans: Sequence[tuple[int, int]], chunks: Sequence[tuple[int, str]]
+    query: str, query_vectors: np.ndarray, word_spans: Sequence[tuple[int, int]], chunks: Sequence[np.ndarray]
 ) -> list[float]:
     """IDF-weighted mean over query pieces (`embedding.embed_query`'s second value) of the best cosine with any
-    piece of each chunk's text."""
+    piece of each chunk (`chunk_vectors`, or `embedding.token_vectors` of any text)."""
     weights = query_weights(query, word_spans)[: len(query_vectors)]  # the model truncates a very long query
-    if not chunks or not weights.any():
+    if not len(chunks) or not weights.any():
         return [0.0] * len(chunks)
     weights /= weights.sum()
     query_vectors = query_vectors[: len(weights)]
-    return [
-        float((query_vectors @ vectors.astype(np.float32).T).max(axis=1) @ weights) if len(vectors) else 0.0
-        for vectors in _chunk_vectors(chunks)
-    ]
+    return [float((query_vectors @ vectors.T).max(axis=1) @ weights) if len(vectors) else 0.0 for vectors in chunks]

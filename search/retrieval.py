@@ -303,7 +303,7 @@ def _late_rerank(query: str, pieces: np.ndarray, hits: list[Hit], texts: dict[in
     """The top `depth` hits re-ordered by late-interaction score plus cosine similarity; the rest keep their place."""
     head, tail = hits[:depth], hits[depth:]
     spans = [m.span() for m in WORD.finditer(query)]
-    scores = late.scores(query, pieces, spans, [(h.chunk_id, texts[h.chunk_id]) for h in head])
+    scores = late.scores(query, pieces, spans, late.chunk_vectors([(h.chunk_id, texts[h.chunk_id]) for h in head]))
     head = [replace(h, late_score=s) for h, s in zip(head, scores, strict=True)]
     head.sort(key=lambda h: (-(weight * (h.late_score or 0.0) + 1 - h.distance), h.chunk_id))
     return head + tail

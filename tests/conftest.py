@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from kb.queues import ANSWERS, INGEST
+
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "test-output"
 
@@ -76,8 +78,11 @@ def manage(*args: str, env: dict[str, str] | None = None, timeout: float = 120) 
     )
 
 
-def start_worker(name: str = "celery-worker") -> subprocess.Popen[str]:
-    """A real worker process on the real Redis broker, reading the test database; returns once it answers a ping."""
+def start_worker(name: str = "celery-worker", queues: str = f"{INGEST},{ANSWERS}") -> subprocess.Popen[str]:
+    """A real worker process on the real Redis broker, reading the test database; returns once it answers a ping.
+
+    It serves both queues unless told otherwise (`make run` gives each its own worker).
+    """
     from kb.celery import app
 
     hostname = f"{name}-{os.getpid()}-{time.monotonic_ns()}@localhost"
@@ -85,7 +90,7 @@ def start_worker(name: str = "celery-worker") -> subprocess.Popen[str]:
     log.parent.mkdir(exist_ok=True)
     with open(log, "w") as out:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "kb", "worker", "--pool", "solo", "--hostname", hostname,
+            [sys.executable, "-m", "celery", "-A", "kb", "worker", "--pool", "solo", "--hostname", hostname, "--queues", queues,
              "--loglevel", "INFO", "--without-gossip", "--without-mingle"],
             cwd=ROOT, env=service_env(), stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )

@@ -11,7 +11,6 @@ from __future__ import annotations
 import codecs
 import contextlib
 import io
-import logging
 import re
 import zipfile
 from collections.abc import Iterable, Iterator
@@ -24,7 +23,8 @@ if TYPE_CHECKING:  # parsers are imported where used: a Markdown upload need not
     from docx.table import Table
     from docx.text.paragraph import Paragraph
 
-EXTRACTOR_VERSION: int = 2  # 2: more formats; PDF pages joined where a sentence continues, page numbers dropped
+# 2: more formats; PDF pages joined where a sentence continues, page numbers dropped. 3: PDF text read by PDFium.
+EXTRACTOR_VERSION: int = 3
 
 MARKDOWN = "text/markdown"
 PLAIN = "text/plain"
@@ -507,43 +507,12 @@ def _html_image(w: _HtmlWriter, img: Tag) -> None:
 # --------------------------------------------------------------------------- PDF
 
 
-@contextlib.contextmanager
-def _quiet_pypdf() -> Iterator[None]:
-    # pypdf logs font-encoding chatter for ordinary files; it is not actionable for users.
-    logger = logging.getLogger("pypdf")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
 def _extract_pdf(data: bytes, name: str, *, ocr: bool) -> Extracted:
-    import pypdf
-
     from kb.ingest.formats import ocr as ocr_reader
     from kb.ingest.formats.pages import join_pages
 
-    texts: list[str] = []
+    texts, title = _pdf_pages(data, name)
     warnings: list[str] = []
-    title = None
-    try:
-        with _quiet_pypdf():
-            reader = pypdf.PdfReader(io.BytesIO(data))
-            if reader.is_encrypted:
-                # Many PDFs are "encrypted" only with an owner password and open with an empty one.
-                if not reader.decrypt(""):
-                    raise ExtractionError(f"{name}: cannot read PDF: it is password-protected")
-            for page in reader.pages:
-                texts.append(_newlines(page.extract_text() or "").replace("\x00", ""))
-            meta = reader.metadata
-            if meta is not None and meta.title:
-                title = _pdf_title(str(meta.title))
-    except ExtractionError:
-        raise
-    except Exception as exc:  # pypdf raises many types (PdfReadError, ValueError, KeyError...)
-        raise ExtractionError(f"{name}: cannot read PDF: {exc or type(exc).__name__}") from exc
     if not texts:
         raise ExtractionError(f"{name}: cannot read PDF: it has no pages")
     for index, page_text in enumerate(texts):
@@ -561,6 +530,36 @@ def _extract_pdf(data: bytes, name: str, *, ocr: bool) -> Extracted:
             warnings.append(f"page {index + 1} has no text layer and OCR found no text")
     text, pages = join_pages(texts)
     return Extracted(text=text, headings=(), pages=pages, warnings=tuple(warnings), title=title)
+
+
+def _pdf_pages(data: bytes, name: str) -> tuple[list[str], str | None]:
+    """Each page's text and the metadata title, read with PDFium.
+
+    pypdf's pure-Python text extraction took 0.2-0.3 s a page on 2 cores, most of a
+    PDF-heavy corpus's ingest time (a 73-page manual: ~20 s before a chunk was embedded);
+    PDFium reads the same text ~13x faster.
+    """
+    import pypdfium2
+
+    try:
+        # Many PDFs are "encrypted" only with an owner password: PDFium opens those as they are.
+        pdf = pypdfium2.PdfDocument(data)
+    except pypdfium2.PdfiumError as exc:
+        if "password" in str(exc).lower():
+            raise ExtractionError(f"{name}: cannot read PDF: it is password-protected") from exc
+        raise ExtractionError(f"{name}: cannot read PDF: {exc}") from exc
+    try:
+        texts: list[str] = []
+        for page in pdf:
+            textpage = page.get_textpage()
+            # PDFium marks a word hyphenated across a line end with \x02 and drops the line end.
+            texts.append(_newlines(textpage.get_text_bounded().replace("\x02", "-\n")).replace("\x00", ""))
+            textpage.close()
+            page.close()
+        raw_title = pdf.get_metadata_dict().get("Title")
+    finally:
+        pdf.close()
+    return texts, _pdf_title(raw_title) if raw_title else None
 
 
 def _pdf_title(raw: str) -> str | None:

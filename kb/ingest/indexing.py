@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from kb.ingest.chunking import Draft
 from kb.ingest.extract import Extracted
+from kb.ingest.pieces import pack
 from kb.ingest.version import current_index_version
 from kb.models import Chunk, Document
 
@@ -29,6 +30,7 @@ def replace_chunks(
     audiences: Sequence[str],
     vectors: np.ndarray,
     version: int,
+    pieces: Sequence[np.ndarray],
 ) -> None:
     """Readers see either all the old chunks or all the new ones, never a mix or neither.
 
@@ -60,9 +62,12 @@ def replace_chunks(
                 split_group=draft.group or "",
                 tokens=draft.tokens,
                 embedding=vector,
+                late_vectors=packed,
                 acl=acl,
             )
-            for draft, audience, vector in zip(drafts, audiences, vectors, strict=True)
+            for draft, audience, vector, packed in zip(
+                drafts, audiences, vectors, (pack(p) for p in pieces), strict=True
+            )
         ],
         batch_size=500,
     )
@@ -84,6 +89,7 @@ def replace_chunks(
         embedding_dimensions=stamp.embedding_dimensions,
         pipeline_version=stamp.pipeline_version,
         extractor_version=stamp.extractor_version,
+        late_version=stamp.late_version,
         indexed_at=timezone.now(),
         updated_at=timezone.now(),
     )

@@ -8,6 +8,7 @@ the document retryable; it is never half-indexed.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 
 import numpy as np
@@ -17,11 +18,14 @@ from django.utils import timezone
 
 from kb.consumers import publish_document_status
 from kb.ingest import chunking, classify, embedding, extract, indexing
+from kb.ingest.tokens import counting_time
 from kb.models import Document, filename_title
 
 log = logging.getLogger(__name__)
 
 RUNNING = (Document.Status.EXTRACTING, Document.Status.CHUNKING, Document.Status.EMBEDDING)
+# Timed stages, in pipeline order (Document.stage_seconds; "tokens" is the token counting done while chunking).
+STAGES = ("extract", "chunk", "tokens", "classify", "embed", "write")
 PROGRESS_EVERY = 128  # chunks per progress report while embedding (about 2 s of work here)
 
 
@@ -73,6 +77,7 @@ def ingest(document_id: int) -> str:
     document = Document.objects.get(pk=document_id)
     version = document.version
     stage = Document.Status.EXTRACTING
+    clock = _Stopwatch()
     try:
         with document.file.open("rb") as handle:
             data = handle.read()
@@ -83,24 +88,31 @@ def ingest(document_id: int) -> str:
         if not extracted.text.strip():
             raise StageFailed("no text could be extracted" + (f" ({'; '.join(extracted.warnings)})" if extracted.warnings else ""))
         title = document.title or extracted.title or filename_title(document.filename)
+        clock.lap("extract")
 
         stage = Document.Status.CHUNKING
         _enter(document_id, version, stage)
-        drafts = chunking.split(extracted, title=title)
+        with counting_time() as counting:
+            drafts = chunking.split(extracted, title=title)
+        clock.lap("chunk", within={"tokens": counting[0]})
         if not drafts:
             raise StageFailed("the document has no text to index")
         default = document.audience_default or None
         audiences = [classify.classify_chunk(text=draft.text, default=default) for draft in drafts]
+        clock.lap("classify")
 
         stage = Document.Status.EMBEDDING
         _current(document_id, version).update(progress_done=0, progress_total=len(drafts))
         _enter(document_id, version, stage)
-        vectors = _embed_with_progress(document_id, version, [draft.text for draft in drafts])
+        vectors, pieces = _embed_with_progress(document_id, version, [draft.text for draft in drafts])
+        clock.lap("embed")
 
         indexing.replace_chunks(
             document=document, title=title, extracted=extracted, drafts=drafts, audiences=audiences, vectors=vectors,
-            version=version,
+            version=version, pieces=pieces,
         )
+        clock.lap("write")
+        _current(document_id, version).update(stage_seconds=clock.seconds)
         publish_document_status(document_id)
         return Document.Status.READY
     except indexing.Superseded:
@@ -116,16 +128,36 @@ def ingest(document_id: int) -> str:
     return _status(document_id)
 
 
-def _embed_with_progress(document_id: int, version: int, texts: list[str]) -> np.ndarray:
-    """Embed in slices, reporting `progress_done` after each so the library can show n/m."""
-    parts = []
+class _Stopwatch:
+    """Seconds per stage, stored on the document: where a slow document's time went, visible in the admin."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, stage: str, within: dict[str, float] | None = None) -> None:
+        """Close `stage`; `within` names parts of it measured separately (they are subtracted from it)."""
+        now = time.perf_counter()
+        parts = within or {}
+        self.seconds[stage] = round(now - self._last - sum(parts.values()), 3)
+        self.seconds.update({name: round(value, 3) for name, value in parts.items()})
+        self._last = now
+
+
+def _embed_with_progress(document_id: int, version: int, texts: list[str]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Embed in slices, reporting `progress_done` after each so the library can show n/m.
+
+    Returns each text's vector and its word-piece vectors (for late interaction) from the same pass."""
+    parts, pieces = [], []
     for start in range(0, len(texts), PROGRESS_EVERY):
-        parts.append(embedding.embed(texts[start : start + PROGRESS_EVERY]))
+        vectors, slice_pieces = embedding.embed_with_pieces(texts[start : start + PROGRESS_EVERY])
+        parts.append(vectors)
+        pieces.extend(slice_pieces)
         _current(document_id, version).update(
             progress_done=min(start + PROGRESS_EVERY, len(texts)), updated_at=timezone.now()
         )
         publish_document_status(document_id)
-    return np.concatenate(parts)
+    return np.concatenate(parts), pieces
 
 
 def _fail(document_id: int, version: int, stage: str, reason: str) -> None:

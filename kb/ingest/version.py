@@ -12,6 +12,7 @@ from django.conf import settings
 
 from kb.ingest.chunking import PIPELINE_VERSION
 from kb.ingest.extract import EXTRACTOR_VERSION
+from kb.ingest.pieces import LATE_VERSION
 
 
 @dataclass(frozen=True)
@@ -20,11 +21,12 @@ class IndexVersion:
     embedding_dimensions: int
     pipeline_version: int
     extractor_version: int
+    late_version: int
 
     def label(self) -> str:
         return (
             f"{self.embedding_model}/{self.embedding_dimensions}d · "
-            f"pipeline v{self.pipeline_version} · extractor v{self.extractor_version}"
+            f"pipeline v{self.pipeline_version} · extractor v{self.extractor_version} · late v{self.late_version}"
         )
 
 
@@ -34,4 +36,5 @@ def current_index_version() -> IndexVersion:
         embedding_dimensions=settings.KB_EMBEDDING_DIMENSIONS,
         pipeline_version=PIPELINE_VERSION,
         extractor_version=EXTRACTOR_VERSION,
+        late_version=LATE_VERSION,
     )

@@ -11,6 +11,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from accounts.tokens import token_create
+from chat.api import PREVIEW_CHARS
 from chat.models import Feedback, Message
 from chat.services import answer_produce, question_ask
 from kb.models import Document
@@ -87,7 +88,8 @@ def test_only_support_staff_review_and_flag_answers(
     client.force_login(people["sam"])
     [item] = client.get("/api/review/answers").json()
     assert item["id"] == answer.pk and item["owner"] == "carol" and item["question"] == EXPORT_QUESTION
-    assert item["citations"][0]["quote"] == answer.citations.get().quote and item["feedback"] == []
+    quote = answer.citations.get().quote
+    assert quote.startswith(item["citations"][0]["quote"].rstrip("…")) and item["feedback"] == []
     assert client.get("/api/review/answers", {"flagged": "true"}).json() == []
 
     response = client.post(f"/api/review/answers/{answer.pk}/feedback",
@@ -139,6 +141,38 @@ def test_the_review_list_costs_the_same_queries_for_more_answers(
     for question in ("Where do saved filters appear?", "Which tabs does the Export dialog have?"):
         Feedback.objects.create(message=answered(people["dave"], question), kind="unsupported")
     assert review_queries() == few
+
+
+def test_the_review_list_sends_a_page_of_trimmed_answers_and_the_detail_sends_them_whole(
+    corpus: dict[str, Document], people: dict[str, Any], client: Client
+) -> None:
+    answers = [answered(people["carol"], EXPORT_QUESTION) for _ in range(3)]
+    long_quote = "The Export dialog " + "lists every column of the Shipments table in order. " * 30
+    answers[-1].citations.update(quote=long_quote)
+    client.force_login(people["sam"])
+
+    first = client.get("/api/review/answers", {"limit": 2})
+    newest, second = first.json()
+    assert [newest["id"], second["id"]] == [answers[2].pk, answers[1].pk]
+    cited = newest["citations"][0]
+    assert cited["quote_truncated"] and len(cited["quote"]) <= PREVIEW_CHARS + 1 and long_quote.startswith(cited["quote"][:-1])
+    assert "html" not in newest
+    assert second["citations"][0]["quote_truncated"] == (len(answers[1].citations.get().quote) > PREVIEW_CHARS)
+    [last] = client.get("/api/review/answers", {"limit": 2, "before": second["id"]}).json()
+    assert last["id"] == answers[0].pk
+    assert client.get("/api/review/answers", {"limit": 101}).status_code == 422
+
+    whole = client.get(f"/api/review/answers/{answers[2].pk}").json()
+    assert whole["citations"][0]["quote"] == long_quote
+    assert len(first.content) < len(client.get(f"/api/review/answers/{answers[2].pk}").content) * 2
+
+
+def test_conversations_come_a_page_at_a_time(people: dict[str, Any], client: Client) -> None:
+    asked = [question_ask(user=people["alice"], question=f"question {i}", enqueue=False) for i in range(3)]
+    client.force_login(people["alice"])
+    newest_first = [a.conversation.pk for a in reversed(asked)]
+    assert [c["id"] for c in client.get("/api/conversations", {"limit": 2}).json()] == newest_first[:2]
+    assert [c["id"] for c in client.get("/api/conversations", {"limit": 2, "offset": 2}).json()] == newest_first[2:]
 
 
 def test_the_project_api_mounts_the_chat_router(people: dict[str, Any], settings: Any) -> None:

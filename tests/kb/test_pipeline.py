@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from kb.ingest.batch import ingest_paths
-from kb.ingest.pipeline import ingest
+from kb.ingest.pipeline import STAGES, ingest
 from kb.ingest.version import current_index_version
 from kb.models import Chunk, Document, Folder
 from kb.selectors import document_is_stale, documents_stale
@@ -74,6 +74,18 @@ def test_ready_document_has_exact_chunks_and_index_stamp(guide: Document) -> Non
     labels = {c.breadcrumb for c in chunks}
     assert any(label.endswith("Filters") for label in labels)
     assert any(c.kind == "note" for c in chunks)
+
+
+def test_each_stage_s_time_is_stored_and_shown_in_the_admin(guide: Document, people: dict[str, Any],
+                                                            client: Client) -> None:
+    stages = guide.stage_seconds
+    assert set(stages) == set(STAGES) == {"extract", "chunk", "tokens", "classify", "embed", "write"}
+    assert all(seconds >= 0 for seconds in stages.values()) and stages["embed"] > 0
+    Document.objects.filter(pk=guide.pk).update(stage_seconds={**stages, "embed": 12.5})  # a slow one shows
+    client.force_login(people["admin"])
+    for url in ("/admin/kb/document/", f"/admin/kb/document/{guide.pk}/change/"):
+        page = client.get(url).content.decode()
+        assert "Ingest time" in page and "chunk" in page and "embed 12.50" in page, url
 
 
 def test_screen_and_concept_chunks_are_told_apart(guide: Document) -> None:

@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 
 from kb.ingest import embedding
+from kb.ingest.pieces import pack, unpack
 from kb.ingest.pipeline import ingest
+from kb.models import Chunk, Document
+from kb.selectors import documents_stale
 from kb.services import document_upload
 from search import late
 from search.retrieval import WORD, SearchOptions, hybrid_search
@@ -44,7 +47,7 @@ def test_the_passage_with_the_questions_specific_words_scores_higher(db: None) -
     general = "Webhooks send an HTTP request to your server whenever an event happens in your account."
     near_miss = "The signing key of the payroll export is kept in the vault and never rotated."
     pieces = embedding.embed_query(query)[1]
-    scores = late.scores(query, pieces, spans(query), [(1, specific), (2, general), (3, near_miss)])
+    scores = late.scores(query, pieces, spans(query), embedding.token_vectors([specific, general, near_miss]))
     assert scores[0] > scores[1] and scores[0] > scores[2]
     assert all(0 < s <= 1.0001 for s in scores)
 
@@ -69,16 +72,38 @@ def test_only_the_top_hits_are_reordered_and_the_rest_keep_their_place(people: d
     assert "quartz seal" in result.hits[0].content
 
 
-def test_cached_vectors_follow_the_text_and_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(late, "CACHE_CHUNKS", 2)
-    monkeypatch.setattr(late, "_cache", type(late._cache)())
-    first, = late._chunk_vectors([(7, "The gate opens at seven.")])
-    edited, = late._chunk_vectors([(7, "The gate opens at nine in the morning.")])
-    assert first.shape != edited.shape or not np.allclose(first, edited)  # same chunk id, new text: recomputed
-    again, = late._chunk_vectors([(7, "The gate opens at seven.")])
-    assert np.array_equal(first, again)
-    late._chunk_vectors([(8, "Pallets wait in bay two."), (9, "Carriers sign at the desk.")])
-    assert len(late._cache) == 2
+def test_chunk_vectors_come_from_the_index_without_encoding(db: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    add(DEPOT, "depot.md")
+    chunks = list(Chunk.objects.order_by("ordinal").values_list("pk", "text"))
+    encoded = embedding.token_vectors([text for _, text in chunks])
+
+    def no_encoding(texts: list[str]) -> list[np.ndarray]:
+        raise AssertionError(f"encoded {len(texts)} texts at query time")
+
+    monkeypatch.setattr(embedding, "token_vectors", no_encoding)
+    stored = late.chunk_vectors(chunks)
+    for got, want in zip(stored, encoded, strict=True):
+        assert got.shape == want.shape
+        assert np.min(np.sum(got * want, axis=1) / np.linalg.norm(got, axis=1)) > 0.999  # int8 keeps the direction
+
+
+def test_a_chunk_indexed_before_the_stage_is_encoded_and_its_document_is_stale(db: None) -> None:
+    add(DEPOT, "depot.md")
+    Chunk.objects.update(late_vectors=None)
+    Document.objects.update(late_version=None)
+    assert documents_stale().count() == 1
+    (cid, text), = Chunk.objects.order_by("ordinal").values_list("pk", "text")[:1]
+    vectors, = late.chunk_vectors([(cid, text)])
+    assert np.allclose(vectors, embedding.token_vectors([text])[0])
+
+
+def test_pack_round_trip_is_a_quarter_of_float32() -> None:
+    vectors = embedding.token_vectors(["The night guard checks the quartz seal on the east gate every hour."])[0]
+    packed = pack(vectors)
+    assert len(packed) == 4 + vectors.size  # one float32 scale, then a byte per value
+    restored = unpack(packed, vectors.shape[1])
+    assert np.abs(restored - vectors).max() <= np.abs(vectors).max() / 254 + 1e-7  # half a quantization step
+    assert unpack(pack(np.zeros((0, 384), dtype=np.float32)), 384).shape == (0, 384)
 
 
 def test_depth_zero_turns_the_stage_off_everywhere(people: dict[str, Any], settings: Any) -> None:

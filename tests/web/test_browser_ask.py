@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from chat.api import PREVIEW_CHARS
 from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS, VAULT, VAULT_QUESTION
 from tests.conftest import start_worker, stop_process
 from tests.web.conftest import assert_clean, assert_fits_width, assert_labelled, make_document, screenshot
@@ -217,6 +218,11 @@ def test_sam_flags_a_citation_and_finds_it_under_flagged(open_page: Any, people:
     row = item.locator(".review-cite[data-citation='1']")
     assert citation.quote.strip()[:40] in row.locator(".review-quote").inner_text()
     assert row.locator("a.review-cite-link").get_attribute("href") == citation.link
+    assert len(citation.quote) > PREVIEW_CHARS  # the list sends the start of the quote; the rest on demand
+    assert row.locator(".review-quote").inner_text().endswith("…")
+    item.get_by_role("button", name="Show the whole answer and passages").click()
+    item.get_by_role("button", name="Show the whole answer and passages").wait_for(state="detached")
+    assert row.locator(".review-quote").inner_text() == citation.quote
     assert_labelled(page)
     screenshot(page, "review-recent")
 

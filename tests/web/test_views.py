@@ -195,3 +195,17 @@ def test_status_rows_follow_the_acl(people: dict[str, Any], library_docs: dict[s
     assert [r["id"] for r in document_status_rows(user=people["carol"], ids=ids)] == [library_docs["public"].pk]
     assert sorted(r["id"] for r in document_status_rows(user=people["bob"], ids=ids)) == sorted(ids)
     json.dumps(document_status_rows(user=people["bob"], ids=ids))  # what the websocket sends
+
+
+def test_the_library_comes_a_page_at_a_time(
+    people: dict[str, Any], library_docs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kb import views
+
+    monkeypatch.setattr(views, "LIBRARY_PAGE", 1)
+    bob = as_user(people["bob"])  # reads both documents: "Office guide", "Payroll secrets"
+    first, second = bob.get("/library/").content.decode(), bob.get("/library/?page=2").content.decode()
+    assert "Office guide" in first and "Payroll secrets" not in first and "Page 1 of 2" in first
+    assert "Payroll secrets" in second and "Office guide" not in second and 'rel="prev"' in second
+    carol = as_user(people["carol"]).get("/library/").content.decode()  # reads one: no pager
+    assert "Office guide" in carol and "Page 1 of" not in carol

@@ -100,6 +100,8 @@
     head.appendChild(meta);
     item.appendChild(head);
     item.appendChild(el("p", "review-answer", answer.text || answer.refusal_reason || answer.error || ""));
+    var trimmed = answer.text_truncated || answer.citations.some(function (c) { return c.quote_truncated; });
+    if (trimmed) item.appendChild(wholeButton(answer, item));
 
     var answerFlags = answer.feedback.filter(function (f) { return !f.citation; });
     if (answerFlags.length) {
@@ -120,7 +122,9 @@
       h.appendChild(link);
       left.appendChild(h);
       if (citation.label) left.appendChild(el("span", "review-cite-crumb", citation.label + (citation.page ? " · page " + citation.page : "")));
-      left.appendChild(el("blockquote", "review-quote", citation.quote));
+      var quote = el("blockquote", "review-quote", citation.quote);
+      quote.setAttribute("data-citation", String(citation.number));
+      left.appendChild(quote);
       var flags = el("ul", "flags");
       answer.feedback.filter(function (f) { return f.citation === citation.number; }).forEach(function (f) {
         flags.appendChild(flagItem(f));
@@ -140,6 +144,31 @@
     return item;
   }
 
+  /* The list carries the start of long answers and quotes; the whole text comes on demand. */
+  function wholeButton(answer, item) {
+    var button = el("button", "btn btn-small review-whole", "Show the whole answer and passages");
+    button.type = "button";
+    button.addEventListener("click", function () {
+      button.disabled = true;
+      fetch("/api/review/answers/" + answer.id, { credentials: "same-origin", headers: { Accept: "application/json" } })
+        .then(function (response) {
+          if (!response.ok) throw new Error("HTTP " + response.status);
+          return response.json();
+        }).then(function (full) {
+          item.querySelector(".review-answer").textContent = full.text || full.refusal_reason || full.error || "";
+          full.citations.forEach(function (c) {
+            var quote = item.querySelector('.review-quote[data-citation="' + c.number + '"]');
+            if (quote) quote.textContent = c.quote;
+          });
+          button.remove();
+        }).catch(function (error) {
+          button.disabled = false;
+          button.textContent = "Could not load it (" + error.message + "); try again";
+        });
+    });
+    return button;
+  }
+
   function empty(title, text) {
     var box = el("div", "empty-state");
     box.appendChild(el("h2", "", title));
@@ -147,25 +176,42 @@
     return box;
   }
 
-  fetch("/api/review/answers?limit=50" + (flaggedOnly ? "&flagged=true" : ""), {
-    credentials: "same-origin", headers: { Accept: "application/json" },
-  }).then(function (response) {
-    if (!response.ok) throw new Error("HTTP " + response.status);
-    return response.json();
-  }).then(function (answers) {
-    list.textContent = "";
-    list.setAttribute("data-loaded", "true");
-    if (!answers.length) {
-      list.appendChild(flaggedOnly
-        ? empty("No flagged answers", "Citations you flag as wrong, unsupported or outdated are listed here with their notes.")
-        : empty("Nothing to review yet", "Answers appear here as people ask questions."));
-      return;
-    }
-    answers.forEach(function (answer) { list.appendChild(answerItem(answer)); });
-  }).catch(function (error) {
-    list.textContent = "";
-    var alert = el("div", "alert alert-error", "The answers could not be loaded (" + error.message + "). Reload the page to try again.");
-    alert.setAttribute("role", "alert");
-    list.appendChild(alert);
-  });
+  var PAGE = 20;
+  var more = el("button", "btn review-more", "Load older answers");
+  more.type = "button";
+
+  function loadPage(before) {
+    more.disabled = true;
+    var url = "/api/review/answers?limit=" + PAGE + (flaggedOnly ? "&flagged=true" : "") + (before ? "&before=" + before : "");
+    fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } }).then(function (response) {
+      if (!response.ok) throw new Error("HTTP " + response.status);
+      return response.json();
+    }).then(function (answers) {
+      if (!before) {
+        list.textContent = "";
+        list.setAttribute("data-loaded", "true");
+      }
+      if (!answers.length && !before) {
+        list.appendChild(flaggedOnly
+          ? empty("No flagged answers", "Citations you flag as wrong, unsupported or outdated are listed here with their notes.")
+          : empty("Nothing to review yet", "Answers appear here as people ask questions."));
+        return;
+      }
+      answers.forEach(function (answer) { list.insertBefore(answerItem(answer), more.parentNode ? more : null); });
+      if (answers.length === PAGE) {
+        more.onclick = function () { loadPage(answers[answers.length - 1].id); };
+        more.disabled = false;
+        list.appendChild(more);
+      } else if (more.parentNode) {
+        more.remove();
+      }
+    }).catch(function (error) {
+      if (!before) list.textContent = "";
+      var alert = el("div", "alert alert-error", "The answers could not be loaded (" + error.message + "). Reload the page to try again.");
+      alert.setAttribute("role", "alert");
+      list.appendChild(alert);
+    });
+  }
+
+  loadPage(null);
 })();

@@ -1,0 +1,206 @@
+"""`bench/chat.py --ttft`: what an asker waits for, end to end, quiet and while documents are indexed.
+
+Runs inside bench/chat.py's scratch database. Starts Daphne and the two workers exactly as
+`make run` does (kb.launcher.workers: the answer worker with one torch thread per process,
+the ingest worker niced), then per question: `POST /api/ask` with a Bearer token, open the
+conversation's websocket with the session cookie (as the browser does once the POST
+returns), and stop the clock at the first `token` event. Refused questions (NO ANSWER)
+stream no token; they are counted, not timed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from bench.chat import ROOT, _ingest, _people, percentile
+
+
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"{one:.2f}/{five:.2f}"
+
+
+class _Server:
+    """Daphne and make run's two workers against this database, stopped on exit."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        from kb.embedded import free_port
+        from kb.launcher import wait_for_port, workers
+
+        self.port = free_port()
+        self.log = Path(tempfile.mkdtemp(prefix="kb-bench-ttft-")) / "server.log"  # kept for a failed run
+        self.children: list[subprocess.Popen[bytes]] = []
+        web = self._spawn([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+                           "kb.asgi:application"], env)
+        for worker in workers():
+            self._spawn(worker.argv(), {**env, **worker.env}, worker.niceness)
+        wait_for_port("127.0.0.1", self.port, 120, web)
+        self._wait_for_workers(len(workers()))
+
+    def _spawn(self, argv: list[str], env: dict[str, str], niceness: int = 0) -> subprocess.Popen[bytes]:
+        with open(self.log, "ab") as log:
+            process = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True,
+                                       preexec_fn=(lambda: os.nice(niceness)) if niceness else None)
+        self.children.append(process)
+        return process
+
+    @staticmethod
+    def _wait_for_workers(count: int) -> None:
+        from kb.celery import app
+
+        deadline = time.monotonic() + 180
+        while len(app.control.ping(timeout=1.0) or []) < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the workers did not answer a ping within 180 s")
+
+    def stop(self) -> None:
+        for process in self.children:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.children:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def _ask(base: str, token: str, cookie: str, question: str) -> float | None:
+    """Milliseconds from POST /api/ask to the first token event; None when the answer was refused."""
+    from websockets.sync.client import connect
+
+    began = time.perf_counter()
+    request = urllib.request.Request(  # noqa: S310 (http://127.0.0.1, our own server)
+        base + "/api/ask", data=json.dumps({"question": question}).encode(), method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 (the same)
+        asked = json.load(response)
+    ws_url = base.replace("http://", "ws://") + asked["stream"]
+    with connect(ws_url, origin=base, additional_headers={"Cookie": cookie}, open_timeout=30) as ws:
+        while True:
+            event = json.loads(ws.recv(timeout=60))
+            if event.get("message") != asked["message"]:
+                continue
+            if event["type"] == "token":
+                return (time.perf_counter() - began) * 1000
+            if event["type"] in ("refused", "done", "error"):
+                return None
+
+
+class _IngestLoad:
+    """`manage.py ingest CORPUS --folder <fresh>` round after round, until stopped: the same documents
+    each round, into a new folder, so each round is new work for the ingest worker."""
+
+    def __init__(self, corpus: Path, env: dict[str, str]) -> None:
+        self.corpus, self.env, self.rounds = corpus, env, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            folder = f"bench-load-{os.getpid()}-{self.rounds}"
+            subprocess.run([sys.executable, "manage.py", "ingest", str(self.corpus), "--folder", folder],
+                           cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+            self.rounds += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _phase(base: str, token: str, cookie: str, questions: list[str]) -> dict[str, Any]:
+    load_before = _load()
+    times, refused = [], 0
+    for question in questions:
+        ms = _ask(base, token, cookie, question)
+        if ms is None:
+            refused += 1
+        else:
+            times.append(ms)
+    return {"ttft_ms": times, "refused": refused, "load": f"{load_before} -> {_load()}"}
+
+
+def run_ttft(*, eval_dir: Path, questions: int, runs: int) -> dict[str, Any]:
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test import Client
+
+    from accounts.tokens import token_create
+
+    call_command("migrate", interactive=False, verbosity=0)
+    acl = json.loads((eval_dir / "acl.json").read_text())
+    asked = [json.loads(line)["query"] for line in (eval_dir / "questions.jsonl").open() if line.strip()]
+    reader, groups = _people(acl)
+    started = time.perf_counter()
+    documents = _ingest(acl, groups, eval_dir)
+    ingest_s = time.perf_counter() - started
+    _, token = token_create(user=reader)
+    client = Client()
+    client.force_login(reader)
+    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+    connection.close()  # the children and the load get the database's connections
+
+    env = dict(os.environ, KB_ANSWER_BACKEND="extractive", DEBUG="0")
+    corpus = Path(tempfile.mkdtemp(prefix="kb-bench-corpus-"))
+    shutil.copytree(eval_dir / "corpus", corpus, dirs_exist_ok=True)
+    server = _Server(env)
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        sample = [asked[i % len(asked)] for i in range(questions)]
+        for question in sample[:5]:  # warm-up: models, connections
+            _ask(base, token, cookie, question)
+        results = []
+        for run in range(runs):
+            quiet = _phase(base, token, cookie, sample)
+            load = _IngestLoad(corpus, env)
+            time.sleep(3)  # the first documents reach the ingest worker
+            try:
+                busy = _phase(base, token, cookie, sample)
+            finally:
+                load.stop()
+            busy["ingest_rounds_started"] = load.rounds + 1
+            results.append({"run": run + 1, "quiet": quiet, "ingesting": busy})
+            print(f"run {run + 1}/{runs} done", file=sys.stderr)
+    finally:
+        server.stop()
+        shutil.rmtree(corpus, ignore_errors=True)
+    return {"documents": documents, "ingest_s": ingest_s, "questions": questions, "runs": results,
+            "cpus": os.cpu_count()}
+
+
+def report_ttft(result: dict[str, Any]) -> list[str]:
+    lines = [
+        f"time to first token, POST /api/ask -> first token event on the websocket (extractive backend, Daphne + "
+        f"make run's workers); {result['documents']} documents, {result['questions']} questions per phase, "
+        f"{len(result['runs'])} run(s), {result['cpus']} CPUs; load average 1/5 min before -> after each phase",
+    ]
+    summary: dict[str, dict[str, list[float]]] = {"quiet": {"p50": [], "p95": []}, "ingesting": {"p50": [], "p95": []}}
+    for run in result["runs"]:
+        for phase in ("quiet", "ingesting"):
+            figures = run[phase]
+            p50, p95 = percentile(figures["ttft_ms"], 50), percentile(figures["ttft_ms"], 95)
+            summary[phase]["p50"].append(p50)
+            summary[phase]["p95"].append(p95)
+            extra = f", ingest rounds {figures['ingest_rounds_started']}" if phase == "ingesting" else ""
+            lines.append(f"  run {run['run']} {phase:<9}: p50 {p50:7.1f} ms  p95 {p95:7.1f} ms  "
+                         f"({len(figures['ttft_ms'])} timed, {figures['refused']} refused{extra}; load {figures['load']})")
+    for phase, target in (("quiet", 150), ("ingesting", 400)):
+        p50, p95 = statistics.median(summary[phase]["p50"]), statistics.median(summary[phase]["p95"])
+        lines.append(f"median over runs, {phase:<9}: p50 {p50:7.1f} ms  p95 {p95:7.1f} ms  (target p95 <= {target} ms: "
+                     f"{'met' if p95 <= target else 'NOT met'})")
+    return lines

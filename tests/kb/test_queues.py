@@ -1,0 +1,54 @@
+"""Answers and ingestion on separate queues: a question never waits behind a document."""
+
+from __future__ import annotations
+
+import io
+import time
+from typing import Any
+
+import pytest
+
+from kb.celery import app
+from kb.launcher import workers
+from kb.queues import ANSWERS, INGEST
+from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS, add_document
+from tests.conftest import start_worker, stop_process
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def test_make_run_starts_one_worker_per_queue_with_deliberate_cpu_shares() -> None:
+    by_queue = {worker.queue: worker for worker in workers()}
+    assert set(by_queue) == {INGEST, ANSWERS}
+    assert by_queue[ANSWERS].env["OMP_NUM_THREADS"] == "1"  # one torch thread per answer process
+    assert by_queue[INGEST].niceness > by_queue[ANSWERS].niceness  # answers get the CPU first
+    for queue, worker in by_queue.items():
+        argv = worker.argv()
+        assert argv[argv.index("--queues") + 1] == queue
+
+
+def test_a_question_is_answered_while_the_ingest_queue_is_full(people: dict[str, Any]) -> None:
+    from chat.models import Message
+    from chat.services import question_ask
+    from kb.models import Document
+    from kb.services import document_upload
+
+    add_document(SHIPMENTS, "shipments.md")
+    notes = [f"# Note {i}\n\nBody of note {i}.\n".encode() for i in range(3)]
+    backlog = [
+        document_upload(name=f"queued-{i}.md", stream=io.BytesIO(data), size=len(data)).document
+        for i, data in enumerate(notes)
+    ]
+    worker = start_worker("answers-only", queues=ANSWERS)  # as make run's answer worker: no ingestion
+    try:
+        answer = question_ask(user=people["alice"], question=EXPORT_QUESTION).answer
+        deadline = time.monotonic() + 60
+        while Message.objects.get(pk=answer.pk).status not in Message.FINISHED and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop_process(worker)
+        with app.connection_for_write() as connection:  # later tests' workers must not meet these tasks
+            connection.default_channel.queue_purge(INGEST)
+    assert Message.objects.get(pk=answer.pk).status == Message.Status.DONE
+    # The documents queued before the question are still waiting for an ingest worker.
+    assert set(Document.objects.filter(pk__in=[d.pk for d in backlog]).values_list("status", flat=True)) == {"queued"}
