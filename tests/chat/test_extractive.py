@@ -9,7 +9,8 @@ import re
 import pytest
 
 from chat.backends.extractive import ExtractiveBackend, sentences, units
-from chat.prompts import CONCEPT, SCREEN, Source, build_prompt
+from chat.prompts import Source, build_prompt
+from kb.ingest.classify import CONCEPT, SCREEN
 
 pytestmark = pytest.mark.django_db
 
