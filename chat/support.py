@@ -99,8 +99,8 @@ def check_sentence(sentence: str, quotes: Mapping[int, str]) -> tuple[bool, list
     numbers = list(dict.fromkeys(int(n) for n in MARKER.findall(sentence)))
     claim = MARKER.sub(" ", sentence)
     source = " ".join(quotes.get(n, "") for n in numbers)
-    source_lower = source.lower()
-    missing_exact = sorted(t for t in exact_tokens(claim) if t not in source_lower)
+    source_tokens = {w.rstrip("'’-.").lower() for w in WORD.findall(source)}
+    missing_exact = sorted(t for t in exact_tokens(claim) if t not in source_tokens)
     wanted = terms(claim)
     missing_words = sorted(wanted - terms(source) - set(missing_exact))
     covered = 1.0 if not wanted else 1 - len(missing_words) / len(wanted)

@@ -1,131 +1,193 @@
-"""No model: the answer is the sources' own sentences that best match the question, each with its [n].
+"""No model: the answer is the sources' own sentences, led by the one that answers the question.
 
-Deterministic (same question and sources, same answer, byte for byte) and instant, so it
-is the default for `make run` and the tests. It cannot invent anything, and it cannot
-rephrase either: a question whose answer is spread over many sentences gets the few
-that match best, in document order.
+Deterministic (same question, sources and index, same answer, byte for byte) and fast, so
+it is the default for `make run` and the tests. It cannot invent anything, and it cannot
+rephrase either.
+
+Choosing the sentence is where an extractive answer is won or lost: the passages that reach
+it usually hold the answer, but the sentence sharing most words with the question is often
+a neighbour of the one that answers. So every sentence of the sources is scored with
+chat.sentences (late interaction at sentence level plus coverage of the question's rare
+words), the best one leads, and it keeps the sentences it depends on: the one before a
+sentence that opens with "This option…" or "To do so…", the list or code a sentence ending
+in ":" introduces. A how-to question answered by a numbered list, or by a section of
+instructions, gets ordered steps.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from chat import sentences as scoring
 from chat.prompts import Prompt
 
-MAX_SENTENCES = 4
-MAX_CHARS = 900
+MAX_CHARS = 400  # runners-up join while the answer stays under this (today's mean answer: ~420 characters)
+MAX_PICKS = 6  # the lead and the best-scored runners-up (each with the sentences it depends on)
+CONSIDERED = 8  # runners-up come from the best-scored sentences only
 MAX_SENTENCE_CHARS = 500
-WEAK = 0.34  # share of the question's terms matched below which the answer says it may be partial
+MAX_STEPS = 8
+WEAK = 0.34  # share of the question's rare-word weight matched below which the answer says it may be partial
 
-WORD = re.compile(r"[a-z0-9][a-z0-9'’\-]*", re.I)
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[*_]?[A-Z0-9])")
 HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
 TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}")
 BULLET = re.compile(r"^\s*(?:[-*+•]|\d{1,2}[.)])\s+")
-STOP = frozenset(
-    """a an the and or but if then else of to in on at by for from with without into onto over under about
-    as is are was were be been being do does did doing have has had having i me my we our you your he she it
-    its they them their this that these those there here what which who whom whose when where why how can
-    could should would will shall may might must not no nor so too very just also than such any all each
-    some more most other same own only get got need needs want wants use used using way ways one two""".split()
-)
+NUMBERED = re.compile(r"^\s*\d{1,2}[.)]\s+")
+IMAGE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)")
+TAG = re.compile(r"</?[a-zA-Z][^<>\n]*>")
+# A sentence that opens like this leans on the one before it.
+DEPENDENT = re.compile(
+    r"^(?:this|these|that|those|it|its|they|their|such|then|otherwise|however|also|if so|if it does|"
+    r"to do (?:so|this)|in (?:that|this) case|for (?:that|this)|here|there)\b", re.IGNORECASE)
+HOW_TO = re.compile(r"\b(?:how (?:do|can|should|to|would)|steps?\b|procedure|walk me through|what do i do)",
+                    re.IGNORECASE)
 
 
-def terms(text: str) -> set[str]:
-    """Lower-cased content words, crudely stemmed so "exports" meets "export"."""
-    out = set()
-    for word in WORD.findall(text.lower()):
-        word = word.strip("'’-")
-        if len(word) < 3 or word in STOP:
+@dataclass(frozen=True)
+class Unit:
+    """One sentence, list item, table row or code line of a source, with where it sits."""
+
+    number: int  # the source
+    position: int  # order within the source
+    text: str
+    block: int  # paragraph, list or code block it belongs to
+    kind: str  # "prose", "item", "step" (numbered item), "row", "code"
+
+
+def _clean(line: str) -> str:
+    return " ".join(TAG.sub("", IMAGE.sub("", line)).split())
+
+
+def units(number: int, text: str) -> list[Unit]:
+    """The source as units: headings and table rules skipped, bullets and table pipes undone, code kept whole."""
+    out: list[Unit] = []
+    block = 0
+    fence: list[str] | None = None
+    previous = "blank"
+
+    def add(piece: str, kind: str) -> None:
+        if len(piece) > MAX_SENTENCE_CHARS:
+            piece = piece[:MAX_SENTENCE_CHARS].rsplit(" ", 1)[0] + " …"
+        out.append(Unit(number, len(out), piece, block, kind))
+
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            if fence is None:
+                fence, block = [], block + 1
+            else:
+                code = " ".join(" ".join(fence).split())
+                if code:
+                    add(code, "code")
+                fence, previous = None, "blank"
             continue
-        for suffix in ("ing", "ed", "es", "s"):
-            if len(word) > len(suffix) + 3 and word.endswith(suffix):
-                word = word[: -len(suffix)]
-                break
-        out.add(word)
+        if fence is not None:
+            fence.append(stripped)
+            continue
+        if not stripped or HEADING.match(line) or TABLE_RULE.match(stripped):
+            previous = "blank"
+            continue
+        if stripped.startswith("|"):
+            kind = "row"
+            stripped = " — ".join(cell.strip() for cell in stripped.strip("|").split("|") if cell.strip())
+        elif BULLET.match(stripped):
+            kind = "step" if NUMBERED.match(stripped) else "item"
+            stripped = BULLET.sub("", stripped)
+        else:
+            kind = "prose"
+        # A list or table stays one block across its items; prose starts a block after a blank line.
+        if previous == "blank" or (kind != previous and not {kind, previous} <= {"item", "step"}):
+            block += 1
+        previous = kind
+        cleaned = _clean(stripped)
+        pieces = SENTENCE_END.split(cleaned) if kind == "prose" else [cleaned]
+        for piece in pieces:
+            if piece.strip():
+                add(piece.strip(), kind)
     return out
 
 
 def sentences(text: str) -> list[str]:
-    """Prose sentences of a source: headings and table rules skipped, bullets and table pipes undone."""
-    out: list[str] = []
-    in_fence = False
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("```"):
-            in_fence = not in_fence
-            continue
-        if not stripped or in_fence or HEADING.match(line) or TABLE_RULE.match(stripped):
-            continue
-        if stripped.startswith("|"):
-            stripped = " — ".join(cell.strip() for cell in stripped.strip("|").split("|") if cell.strip())
-        stripped = BULLET.sub("", stripped)
-        for sentence in SENTENCE_END.split(stripped):
-            sentence = sentence.strip()
-            if len(sentence) > MAX_SENTENCE_CHARS:
-                sentence = sentence[: MAX_SENTENCE_CHARS].rsplit(" ", 1)[0] + " …"
-            if sentence:
-                out.append(sentence)
-    return out
-
-
-@dataclass(frozen=True)
-class _Candidate:
-    number: int
-    position: int
-    sentence: str
-    matched: int
+    """The readable pieces of a source text, in order (what `units` yields, without the structure)."""
+    return [u.text for u in units(1, text)]
 
 
 def _cite(sentence: str, number: int) -> str:
     """The marker goes before the sentence's closing punctuation: "… CSV and PDF [1]."."""
-    match = re.search(r"[.!?…]+[\"')\]]*$", sentence)
+    match = re.search(r"[.!?…:]+[\"')\]]*$", sentence)
     if match and not sentence.endswith(" …"):
         return f"{sentence[: match.start()]} [{number}]{sentence[match.start():]}"
     return f"{sentence} [{number}]"
 
 
+def _line(unit: Unit) -> str:
+    return f"`{unit.text}` [{unit.number}]" if unit.kind == "code" else _cite(unit.text, unit.number)
+
+
+def _with_context(best: Unit, all_units: Sequence[Unit]) -> list[Unit]:
+    """`best` and what it depends on: the sentence before a dependent opener, what a colon introduces."""
+    same = [u for u in all_units if u.number == best.number]
+    i = same.index(best)
+    chosen = [best]
+    if DEPENDENT.match(best.text) and i > 0 and same[i - 1].kind in ("prose", best.kind):
+        chosen.insert(0, same[i - 1])
+    if best.kind == "row" and i > 0 and same[0].kind == "row" and same[0] is not best:
+        chosen.insert(0, same[0])  # a table row reads with its header
+    if best.text.endswith(":") and i + 1 < len(same):
+        chosen.append(same[i + 1])
+    return chosen
+
+
+def _steps(best: Unit, all_units: Sequence[Unit]) -> list[Unit] | None:
+    """Ordered steps for a how-to question: the numbered list holding `best`, or the instructions from
+    `best` to the end of its source's section (prose and code, in order). None when there are none."""
+    same = [u for u in all_units if u.number == best.number]
+    if best.kind == "step":
+        return [u for u in same if u.block == best.block and u.kind == "step"][:MAX_STEPS]
+    start = same.index(best)
+    if start > 0 and DEPENDENT.match(best.text):
+        start -= 1
+    run = [u for u in same[start:] if u.kind in ("prose", "code", "step")][:MAX_STEPS]
+    # Instructions mean at least one command or numbered step, or several sentences to follow.
+    return run if len(run) >= 3 and any(u.kind in ("code", "step") for u in run) else None
+
+
 def compose(prompt: Prompt) -> list[list[str]]:
-    """The answer's paragraphs of sentences: chosen sentences grouped by source, in source order."""
-    wanted = terms(prompt.question)
-    candidates = [
-        _Candidate(source.number, position, sentence, len(wanted & terms(sentence)))
-        for source in prompt.sources
-        for position, sentence in enumerate(sentences(source.text))
-    ]
-    if not candidates:
+    """The answer's paragraphs: the best sentence with its context first, then the runner-up passage."""
+    all_units = [u for source in prompt.sources for u in units(source.number, source.text)]
+    if not all_units:
         return []
-    # Sentences matching at least half as many of the question's terms as the best one; each
-    # source's best of those first (sources come best-first), then the best of the rest.
-    floor = max(1, (max(c.matched for c in candidates) + 1) // 2)
-    relevant = [c for c in candidates if c.matched >= floor]
-    best: dict[int, _Candidate] = {}
-    for c in relevant:
-        if c.number not in best or c.matched > best[c.number].matched:
-            best[c.number] = c
-    ranked = sorted(best.values(), key=lambda c: (-c.matched, c.number, c.position))
-    ranked += sorted((c for c in relevant if c not in ranked), key=lambda c: (-c.matched, c.number, c.position))
-    chosen: list[_Candidate] = []
-    size = 0
-    for c in ranked:
-        if len(chosen) >= MAX_SENTENCES or (chosen and size + len(c.sentence) > MAX_CHARS):
-            continue
-        chosen.append(c)
-        size += len(c.sentence)
-    if not chosen:  # nothing shares a word with the question: the top passage still passed the gate
-        chosen = [candidates[0]]
-    chosen.sort(key=lambda c: (c.number, c.position))
-    paragraphs: list[list[str]] = []
-    current = -1
-    for c in chosen:
-        if c.number != current:
-            paragraphs.append([])
-            current = c.number
-        paragraphs[-1].append(_cite(c.sentence, c.number))
-    strongest = max(c.matched for c in chosen)
-    if wanted and strongest / len(wanted) < WEAK:
+    scored = scoring.score(prompt.question, [u.text for u in all_units], [u.number for u in all_units])
+    order = sorted(range(len(all_units)), key=lambda i: (-scored.total[i], all_units[i].number, i))
+    best = all_units[order[0]]
+    steps = _steps(best, all_units) if HOW_TO.search(prompt.question) else None
+    if steps:
+        lead = [f"{k}. {_line(u)}" for k, u in enumerate(steps, 1)]
+        paragraphs = [["\n".join(lead)]]
+        used = set(steps)
+    else:
+        paragraphs, used, size, picks, last = [], set(), 0, 0, 0
+        for i in order[:CONSIDERED]:
+            unit = all_units[i]
+            if unit in used:
+                continue
+            fresh = [u for u in _with_context(unit, all_units) if u not in used]
+            grown = size + sum(len(u.text) for u in fresh)
+            if paragraphs and grown > MAX_CHARS:
+                continue
+            lines = [_line(u) for u in fresh]
+            if paragraphs and fresh[0].number == last:
+                paragraphs[-1] += lines
+            else:
+                paragraphs.append(lines)
+            last = fresh[-1].number
+            used.update(fresh)
+            size, picks = grown, picks + 1
+            if picks >= MAX_PICKS:
+                break
+    if scored.coverage[order[0]] < WEAK:
         paragraphs.append(["These passages may not answer the whole question; open the cited sources to check."])
     return paragraphs
 

@@ -16,12 +16,37 @@ Pure Python on the run's records, like search.evaluation.metrics. Definitions:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from search.evaluation.metrics import normalize, percentile, rate
 
 MARKERS = re.compile(r"\s*\[\d{1,3}\]")
+
+
+class Answerer(Protocol):
+    """Answers one evaluated query from its search result, as the answering app would for /api/ask."""
+
+    @property
+    def backend(self) -> str: ...
+
+    def answer(self, *, user: Any, query: str, result: Any, started: float,
+               paths: Mapping[int, str]) -> dict[str, Any]: ...
+
+
+# Search sits below chat, so chat registers how it answers (chat.apps) instead of search importing it.
+_answerers: list[Callable[[str | None], Answerer]] = []
+
+
+def register_answerer(factory: Callable[[str | None], Answerer]) -> None:
+    """`factory(backend_name or None)` builds the answerer `evaluate --answers` uses."""
+    _answerers[:] = [factory]
+
+
+def answerer(backend: str | None) -> Answerer:
+    if not _answerers:
+        raise RuntimeError("evaluate --answers needs an answering app installed (chat registers one)")
+    return _answerers[0](backend)
 
 
 def answer_plain(text: str) -> str:

@@ -29,7 +29,8 @@ from urllib.parse import quote, urlencode
 from django.conf import settings
 from django.db import connection
 
-from search.evaluation import answers, metrics
+from search.evaluation import answers as answers_module
+from search.evaluation import metrics
 from search.retrieval import SearchOptions
 
 Log = Callable[[str], None]
@@ -186,8 +187,8 @@ def scratch_database(server: Mapping[str, Any], *, keep: str | None = None) -> I
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
-def run_isolated(*, eval_dir: Path, overrides: Sequence[str], log: Log, answers: str | None = None,
-                 reuse_index: str | None = None) -> dict[str, Any]:
+def run_isolated(*, eval_dir: Path, overrides: Sequence[str], log: Log, answers: bool = False,
+                 backend: str | None = None, reuse_index: str | None = None) -> dict[str, Any]:
     """Index and query `eval_dir` in a scratch database; returns the inner run's results."""
     started = time.perf_counter()
     with (scratch_database(connection.settings_dict, keep=reuse_index) as name,
@@ -207,7 +208,7 @@ def run_isolated(*, eval_dir: Path, overrides: Sequence[str], log: Log, answers:
         for pair in overrides:
             command += ["--set", pair]
         if answers:
-            command += ["--answers", "--backend", answers]
+            command += ["--answers", *(["--backend", backend] if backend else [])]
         if reuse_index:
             command += ["--reuse-index", reuse_index]
         # The child reports progress on stderr, which it shares with us.
@@ -309,36 +310,6 @@ def _queries(eval_set: EvalSet, evaluator: str) -> list[dict[str, Any]]:
     return out
 
 
-def _answer(*, user: Any, query: str, result: Any, started: float, backend: Any,
-            paths: Mapping[int, str]) -> dict[str, Any]:
-    """The answer /api/ask would give from this search result (chat.answering), as the dump records it.
-
-    `quotes` (the cited sources' text) and the support counts are for scoring; the dump leaves them out.
-    """
-    from chat.answering import answer_events
-    from chat.support import cited_sentences
-
-    answer: dict[str, Any] = {"text": "", "refused": False, "citations": [], "first_token_ms": None}
-    quotes: list[str] = []
-    for event in answer_events(user=user, question=query, result=result, started=started, backend=backend):
-        kind = event["type"]
-        if kind == "refused":
-            answer.update(text=event["text"], refused=True, reason=event["reason"])
-        elif kind == "citations":
-            answer["citations"] = [{"n": c["number"], "doc": paths[c["document_id"]], "start": c["start"],
-                                    "end": c["end"]} for c in event["citations"]]
-            quotes = [c["quote"] for c in event["citations"]]
-        elif kind == "done":
-            answer.update(text=event["text"], first_token_ms=event["timings"]["first_token_ms"],
-                          cited_sentences=len(cited_sentences(event["text"])),
-                          unsupported=[c["sentence"] for c in event["unsupported"]])
-        elif kind == "error":
-            answer.update(error=event["error"])
-    answer["quotes"] = quotes
-    answer["ms"] = (time.perf_counter() - started) * 1000
-    return answer
-
-
 def _existing_index(evaluator: str) -> dict[str, Any] | None:
     """People and ingestion summary of an index a previous --reuse-index run built here, or None."""
     from django.contrib.auth.models import User
@@ -354,11 +325,11 @@ def _existing_index(evaluator: str) -> dict[str, Any] | None:
     return {"people": people, "ingest": {"ready": ready, "failed": [], "unchanged": [], "pending": []}}
 
 
-def run_inner(*, eval_set: EvalSet, overrides: Mapping[str, Any], log: Log, answers: str | None = None,
-              reuse: bool = False) -> dict[str, Any]:
+def run_inner(*, eval_set: EvalSet, overrides: Mapping[str, Any], log: Log, answers: bool = False,
+              backend: str | None = None, reuse: bool = False) -> dict[str, Any]:
     """Migrate the (empty, scratch) database, build the index, run every query. Never call it on a live database.
 
-    `answers`: also answer every query with that generation backend. `reuse`: the database holds an index an
+    `answers`: also answer every query (with `backend`, default the configured one). `reuse`: the database holds an index an
     earlier run of this set built; only the queries run again.
     """
     from django.core.management import call_command
@@ -389,17 +360,16 @@ def run_inner(*, eval_set: EvalSet, overrides: Mapping[str, Any], log: Log, answ
     queries = _queries(eval_set, evaluator)
     records, outside_acl = [], 0
     started = time.perf_counter()
-    backend = None
-    if answers:
-        from chat.backends import get_backend
-
-        backend = get_backend(answers)
+    try:
+        answerer = answers_module.answerer(backend) if answers else None
+    except (RuntimeError, ImportError, TypeError, ValueError) as exc:
+        raise EvaluationError(f"--answers{f' --backend {backend}' if backend else ''}: {exc}") from None
     for i, query in enumerate(queries, 1):
         began = time.perf_counter()
         result = hybrid_search(user=people[query["user"]], query=query["query"], options=options)
         elapsed = (time.perf_counter() - began) * 1000
-        answer = (_answer(user=people[query["user"]], query=query["query"], result=result, started=began,
-                          backend=backend, paths=paths) if backend else None)
+        answer = (answerer.answer(user=people[query["user"]], query=query["query"], result=result, started=began,
+                                  paths=paths) if answerer else None)
         outside_acl += sum(1 for hit in result.hits if hit.document_id not in visible[query["user"]])
         hits = []
         for rank, hit in enumerate(result.hits, 1):
@@ -421,7 +391,7 @@ def run_inner(*, eval_set: EvalSet, overrides: Mapping[str, Any], log: Log, answ
         "evaluator": evaluator,
         "options": asdict(options),
         "overrides": dict(overrides),
-        "backend": backend.name if backend else None,
+        "backend": answerer.backend if answerer else None,
         "ingest": ingest,
         "records": records,
         "chunks": chunks,
@@ -448,7 +418,7 @@ def score(eval_set: EvalSet, run: Mapping[str, Any]) -> dict[str, Any]:
     figures["ingest"] = dict(run["ingest"])
     figures["leaks"]["outside_db_acl"] = run["outside_acl"]
     if run.get("backend"):
-        figures["answers"] = answers.score_answers(questions=eval_set.questions, ood=eval_set.ood,
+        figures["answers"] = answers_module.score_answers(questions=eval_set.questions, ood=eval_set.ood,
                                                    records=run["records"])
         figures["answers"]["backend"] = run["backend"]
     return figures
@@ -618,7 +588,7 @@ def render_table(figures: Mapping[str, Any], *, title: str) -> str:
         f"hits outside the user's readable documents in the database: {leaks['outside_db_acl']}",
     ]
     if "answers" in figures:
-        lines += answers.render_answers(figures["answers"], backend=figures["answers"]["backend"])
+        lines += answers_module.render_answers(figures["answers"], backend=figures["answers"]["backend"])
     tm = figures["timings"]
     lines += [
         "",

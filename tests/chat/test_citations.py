@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from chat.backends.extractive import ExtractiveBackend, compose, sentences
 from chat.citations import CitationFilter, clean_text, render_html
 from chat.prompts import Source, build_prompt
 from kb.ingest.classify import CONCEPT, SCREEN
@@ -102,20 +101,3 @@ def test_the_prompt_is_markdown_with_role_task_confidence_tone_and_numbered_sour
     concept = build_prompt(question="Why do exports get emailed?", intent=CONCEPT, sources=[source(1, "x")])
     assert "explain the idea" in concept.system and "exact field, button" not in concept.system
     assert [m["role"] for m in concept.messages] == ["system", "user"]
-
-
-def test_extractive_answers_quote_the_best_matching_sentences_with_their_numbers() -> None:
-    sources = [
-        source(1, "## Exporting\n\nThe Export button opens the Export dialog, which has two tabs, CSV and PDF. "
-                  "Large exports are emailed.\n\n| Tab | Format |\n|---|---|\n| CSV | comma separated |"),
-        source(2, "The filter bar has a Status dropdown. Nothing about exports here."),
-    ]
-    prompt = build_prompt(question="Which formats does the Export dialog offer?", intent=SCREEN, sources=sources)
-    answer = "".join(ExtractiveBackend().generate(prompt))
-    assert answer.startswith("The Export button opens the Export dialog, which has two tabs, CSV and PDF [1].")
-    assert answer == "".join(ExtractiveBackend().generate(prompt))  # deterministic
-    assert "## Exporting" not in answer and "|---|" not in answer
-    assert sentences("- one item.\n- Two items. Three.\n| a | b |") == ["one item.", "Two items.", "Three.", "a — b"]
-    assert compose(build_prompt(question="zzz", intent=CONCEPT, sources=[source(1, "Only this. And that.")])) == [
-        ["Only this [1]."], ["These passages may not answer the whole question; open the cited sources to check."]
-    ]

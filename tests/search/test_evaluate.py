@@ -113,7 +113,7 @@ def demo_run(
             result = manage(
                 "evaluate", str(DEMO), "--dump", str(out / "raw.jsonl"), "--chunks", str(out / "chunks.jsonl"),
                 "--json", str(out / "eval.json"), "--plot", str(out / "sweep.png"), "--set", "rerank=false",
-                env=service_env(), timeout=600,
+                "--answers", env=service_env(), timeout=600,
             )
             after = _snapshot()
             found = re.search(r"scratch database (kb_eval_\w+)", result.stderr)
@@ -155,7 +155,7 @@ def test_dump_and_chunks_have_the_design_shapes(demo_run: DemoRun) -> None:
     sets = [line["set"] for line in dump]
     assert (sets.count("questions"), sets.count("ood"), sets.count("acl")) == (48, 10, len(acl["cases"]))
     for line in dump:
-        assert list(line) == ["id", "set", "user", "query", "intent", "refused", "hits"]
+        assert list(line) == ["id", "set", "user", "query", "intent", "refused", "hits", "answer"]
         assert line["intent"] in {"screen", "concept"} and isinstance(line["refused"], bool)
         assert [h["rank"] for h in line["hits"]] == list(range(1, len(line["hits"]) + 1))
         assert len(line["hits"]) <= 20
@@ -233,6 +233,32 @@ def test_an_independent_scorer_reproduces_the_reported_numbers(demo_run: DemoRun
     assert f"in-domain refused       {mine['in_domain_refused']}/{mine['n']} " in demo_run.result.stdout
     assert f"Permission leaks over every query: {mine['leaks']} " in demo_run.result.stdout
     assert len(figures["acl"]["cases"]) == out_of
+
+
+def test_answers_are_dumped_and_an_independent_check_reproduces_their_figures(demo_run: DemoRun) -> None:
+    assert demo_run.result.returncode == 0, demo_run.result.stderr[-3000:]
+    dump = {(line["set"], line["id"]): line for line in demo_run.lines("raw.jsonl")}
+    questions = [json.loads(line) for line in (DEMO / "questions.jsonl").read_text().splitlines() if line]
+    needles = 0
+    for (_, _), line in dump.items():
+        answer = line["answer"]
+        assert list(answer) == ["text", "refused", "citations"] and answer["text"]
+        assert answer["refused"] == line["refused"]  # NO ANSWER is decided before any backend runs
+        for citation in answer["citations"]:
+            assert list(citation) == ["n", "doc", "start", "end"]
+            assert f"[{citation['n']}]" in answer["text"]
+            assert any(h["doc"] == citation["doc"] and h.get("passed") for h in line["hits"])
+    for q in questions:
+        answer = dump[("questions", q["id"])]["answer"]
+        plain = _norm(re.sub(r"\s*\[\d+\]", "", answer["text"]))
+        needles += not answer["refused"] and _norm(q["needle"]) in plain
+    figures = demo_run.report["figures"]["answers"]
+    assert figures["slices"]["all"]["needle"]["count"] == needles
+    assert figures["backend"] == "extractive" and figures["errors"] == 0
+    assert figures["supported"]["rate"] == 1.0  # extractive answers copy their sentences
+    assert "Answers (extractive backend)" in demo_run.result.stdout
+    records = {r["id"]: r for r in demo_run.report["records"] if r["set"] == "questions"}
+    assert sum(r["answer"]["needle"] for r in records.values()) == needles
 
 
 @pytest.mark.skipif(not SHARED_SCORER.exists(), reason="../shared/eval/score.py is not on this machine")

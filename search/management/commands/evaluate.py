@@ -8,7 +8,6 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from chat import conf
 from search.evaluation import metrics, runner
 from search.evaluation.runner import EvaluationError
 
@@ -52,16 +51,15 @@ class Command(BaseCommand):
             eval_set = runner.load_set(eval_dir)
             if plot:
                 _plotting_available()  # before minutes of indexing, not after
-            backend_name = (backend or conf.answer_backend()) if answers else None
             if reuse_index and not re.fullmatch(r"[a-z0-9_]{1,30}", reuse_index):
                 raise CommandError(f"--reuse-index {reuse_index!r}: use 1-30 lower-case letters, digits or _")
             if inner is not None:
-                run = runner.run_inner(eval_set=eval_set, overrides=parsed, log=self._log, answers=backend_name,
-                                       reuse=bool(reuse_index))
+                run = runner.run_inner(eval_set=eval_set, overrides=parsed, log=self._log, answers=answers,
+                                       backend=backend, reuse=bool(reuse_index))
                 inner.write_text(json.dumps(run, ensure_ascii=False), encoding="utf-8")
                 return ""
-            run = runner.run_isolated(eval_dir=eval_dir, overrides=overrides, log=self._log, answers=backend_name,
-                                      reuse_index=reuse_index)
+            run = runner.run_isolated(eval_dir=eval_dir, overrides=overrides, log=self._log, answers=answers,
+                                      backend=backend, reuse_index=reuse_index)
         except EvaluationError as exc:
             raise CommandError(str(exc)) from None
 

@@ -1,0 +1,55 @@
+"""The citation support rule (chat.support) and how an unsupported sentence is shown."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chat.citations import render_html
+from chat.support import claim_spans, unsupported_claims
+
+QUOTES = {
+    1: "Exports larger than 50,000 rows are emailed to you as a link instead of downloading at once.",
+    2: "The filter bar above the table has a Status dropdown, a Carrier field and a Date range picker.",
+}
+
+
+@dataclass
+class Cite:
+    link: str
+    label: str
+
+
+def test_a_citation_whose_quote_lacks_the_claim_is_flagged() -> None:
+    text = ("Exports larger than 50,000 rows are emailed to you as a link [1]. "
+            "Exports are kept for 30 days on the server [2].")
+    flagged = unsupported_claims(text, QUOTES)
+    assert [c["sentence"] for c in flagged] == ["Exports are kept for 30 days on the server [2]."]
+    assert flagged[0]["numbers"] == [2] and flagged[0]["missing"][0] == "30"
+
+
+def test_a_wrong_number_is_flagged_even_when_the_words_match() -> None:
+    flagged = unsupported_claims("Exports larger than 5,000 rows are emailed to you as a link [1].", QUOTES)
+    assert flagged and "5" in flagged[0]["missing"]
+
+
+def test_a_copied_or_lightly_reworded_sentence_is_supported_and_uncited_sentences_are_not_checked() -> None:
+    text = ("The filter bar has a Status dropdown, a Carrier field and a Date range picker [2]. "
+            "Big exports arrive by email as a link [1]. I hope this helps.")
+    assert unsupported_claims(text, QUOTES) == []
+
+
+def test_markers_after_the_full_stop_belong_to_the_sentence_before() -> None:
+    text = "The filter bar has a Status dropdown. [2] Exports are kept for 30 days. [1]"
+    assert [text[a:b] for a, b in claim_spans(text)] == [
+        "The filter bar has a Status dropdown. [2]", "Exports are kept for 30 days. [1]"]
+    assert [c["numbers"] for c in unsupported_claims(text, QUOTES)] == [[1]]
+
+
+def test_an_unsupported_sentence_is_marked_subtly_in_the_html() -> None:
+    text = "Exports are emailed as a link [1]. Exports are kept for 30 days [1]."
+    flagged = unsupported_claims(text, QUOTES)
+    html = render_html(text, {1: Cite("/documents/1/#char=0,10", "Doc")}, unsupported=flagged)
+    assert html.count('class="unsupported"') == 1
+    assert 'not found in source [1]</small>' in html
+    assert html.index("Exports are kept") > html.index('<span class="unsupported"')
+    assert "\ue000" not in html and "\ue001" not in html
