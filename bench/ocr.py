@@ -51,7 +51,8 @@ def main() -> None:
         result = extract(data=image_only, mime=PDF, filename="scan.pdf", ocr=True)
         times.append(time.perf_counter() - started)
         cpu.append(time.process_time() - started_cpu)
-    assert result is not None
+    if result is None:
+        raise SystemExit("--runs must be at least 1")
     pages = len(result.pages)
     found = set(result.text.split())
     recovered = sum(w in found for w in layer_words) / max(len(layer_words), 1)

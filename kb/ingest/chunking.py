@@ -315,11 +315,11 @@ class _Cutter:
     def _page_segments(self, start: int, end: int) -> Iterator[Span]:
         """Cut the unit at page breaks between paragraphs; a sentence running across a page stays whole."""
         bounds = [start]
-        for before, page in zip(self.pages, self.pages[1:]):
+        for before, page in zip(self.pages, self.pages[1:], strict=False):
             if start < page.start < end and self.text[before.end : page.start] != CONTINUES:
                 bounds.append(page.start)
         bounds.append(end)
-        yield from ((s, e) for s, e in zip(bounds, bounds[1:]) if s < e)
+        yield from ((s, e) for s, e in zip(bounds, bounds[1:], strict=False) if s < e)
 
     def _parts(self, header: str, start: int, end: int) -> list[Span]:
         """Spans of the parts of an over-budget segment, balanced and overlapping a little."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -165,9 +166,9 @@ def test_odt_outline_headings_tables_and_lists() -> None:
         (lambda: rezipped_without("docutils-odt-tables.odt", "content.xml"), "the package has no content.xml"),
     ],
 )
-def test_a_broken_odt_fails_with_its_reason(data: object, reason: str) -> None:
+def test_a_broken_odt_fails_with_its_reason(data: Callable[[], bytes], reason: str) -> None:
     with pytest.raises(ExtractionError, match=f"^broken.odt: .*{reason}"):
-        load("broken.odt", data())  # type: ignore[operator]
+        load("broken.odt", data())
 
 
 # --------------------------------------------------------------------------- PowerPoint

@@ -5,6 +5,6 @@ Each reduces its format to the shared canonical text + heading tree of kb.ingest
 viewer treat every format alike. Parser libraries are imported inside the functions.
 """
 
-from kb.ingest.formats import epub, mail, odt, ocr, rst, rtf, sheets, slides
+from kb.ingest.formats import epub, mail, ocr, odt, rst, rtf, sheets, slides
 
 __all__ = ["epub", "mail", "ocr", "odt", "rst", "rtf", "sheets", "slides"]

@@ -10,7 +10,8 @@ import io
 import warnings as py_warnings
 from typing import Any
 
-from kb.ingest.extract import HTML, Extracted, ExtractionError, Heading, extract as extract_any, reading
+from kb.ingest.extract import HTML, Extracted, ExtractionError, Heading, reading
+from kb.ingest.extract import extract as extract_any
 
 _SEPARATOR = "\n\n"
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import email
 import email.policy
 from collections.abc import Iterator
-from email.message import EmailMessage
+from email.message import EmailMessage, MIMEPart
 
-from kb.ingest.extract import HTML, Block, Extracted, ExtractionError, extract as extract_any, from_blocks, heading_block
+from kb.ingest.extract import HTML, Block, Extracted, ExtractionError, from_blocks, heading_block
+from kb.ingest.extract import extract as extract_any
 
 _HEADERS = ("From", "To", "Cc", "Date", "Subject")
 
@@ -51,7 +52,7 @@ def _header(message: EmailMessage, name: str) -> str:
         return " ".join(str(message.get_all(name, [""])[0]).split())
 
 
-def _content(part: EmailMessage, warnings: list[str]) -> str:
+def _content(part: MIMEPart, warnings: list[str]) -> str:
     try:
         return str(part.get_content())
     except (LookupError, UnicodeError):  # an unknown or wrong charset: keep every byte readable

@@ -50,7 +50,7 @@ def join_pages(texts: list[str]) -> tuple[str, tuple[Page, ...]]:
         parts.append(page_text)
         pos += len(page_text)
     text = "".join(parts)
-    assert all(text[p.start : p.end] == t for p, t in zip(pages, texts))
+    assert all(text[p.start : p.end] == t for p, t in zip(pages, texts, strict=True))  # noqa: S101  (an invariant)
     return text, tuple(pages)
 
 

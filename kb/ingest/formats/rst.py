@@ -108,9 +108,9 @@ def _inline(node: nodes.Node) -> str:
     from docutils import nodes
 
     if isinstance(node, nodes.Text):
-        return node.astext()  # not str(): that keeps docutils' NUL markers of backslash escapes
+        return str(node.astext())  # not str(node): that keeps docutils' NUL markers of backslash escapes
     if isinstance(node, nodes.problematic):
-        raw = node.astext()
+        raw = str(node.astext())
         if m := _ROLE.match(raw):
             body = m.group("body")
             target = _ROLE_TARGET.match(body)

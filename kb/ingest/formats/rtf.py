@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kb.ingest.extract import PLAIN, Extracted, ExtractionError, extract as extract_any, reading
+from kb.ingest.extract import PLAIN, Extracted, ExtractionError, reading
+from kb.ingest.extract import extract as extract_any
 
 
 def extract(data: bytes, name: str) -> Extracted:
@@ -18,6 +19,6 @@ def extract(data: bytes, name: str) -> Extracted:
     if depth != 0:
         raise ExtractionError(f"{name}: cannot read RTF: the file is truncated or damaged (unbalanced braces)")
     with reading(name, "RTF"):
-        text = rtf_to_text(source, errors="replace")
+        text: str = rtf_to_text(source, errors="replace")  # type: ignore[no-untyped-call]  # striprtf has no annotations
     extracted = extract_any(data=text.encode("utf-8"), mime=PLAIN, filename=name)
     return extracted

@@ -107,7 +107,7 @@ def _records(rows: Iterable[Row], warnings: list[str], *, label: str) -> Iterato
             header = (row, cells)
             continue
         names = [header[1][i] if i < len(header[1]) and header[1][i] else f"Column {_column(i)}" for i in range(len(cells))]
-        fields = "; ".join(f"{n}: {v}" for n, v in zip(names, cells) if v)
+        fields = "; ".join(f"{n}: {v}" for n, v in zip(names, cells, strict=True) if v)
         written += 1
         yield row, f"Row {row}: {fields}"
     if header is not None and not written:  # a one-row sheet is data, not a header of nothing
