@@ -13,7 +13,7 @@ import contextlib
 import io
 import re
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import TYPE_CHECKING
@@ -159,10 +159,14 @@ def detect_mime(*, filename: str, head: bytes) -> str:
 # --------------------------------------------------------------------------- extraction
 
 
-def extract(*, data: bytes, mime: str, filename: str, ocr: bool = False) -> Extracted:
+def extract(
+    *, data: bytes, mime: str, filename: str, ocr: bool = False, on_ocr_page: Callable[[int, int], None] | None = None
+) -> Extracted:
     """Canonical text, headings and pages of one file. Raises ExtractionError (or UnsupportedFile).
 
     `ocr`: read PDF pages that have no text layer with OCR (slow: seconds per page).
+    `on_ocr_page(done, total)` is called after each page read by OCR, so a caller can show
+    progress and keep its claim on the document alive through a long scan.
     """
     from kb.ingest import formats  # the formats import this module's plumbing
 
@@ -174,7 +178,7 @@ def extract(*, data: bytes, mime: str, filename: str, ocr: bool = False) -> Extr
     if mime == HTML:
         return _extract_html(_decode(data, name))
     if mime == PDF:
-        return _extract_pdf(data, name, ocr=ocr)
+        return _extract_pdf(data, name, ocr=ocr, on_ocr_page=on_ocr_page)
     if mime == DOCX:
         return _extract_docx(data, name)
     if mime == CSV:
@@ -507,7 +511,7 @@ def _html_image(w: _HtmlWriter, img: Tag) -> None:
 # --------------------------------------------------------------------------- PDF
 
 
-def _extract_pdf(data: bytes, name: str, *, ocr: bool) -> Extracted:
+def _extract_pdf(data: bytes, name: str, *, ocr: bool, on_ocr_page: Callable[[int, int], None] | None) -> Extracted:
     from kb.ingest.formats import ocr as ocr_reader
     from kb.ingest.formats.pages import join_pages
 
@@ -515,14 +519,15 @@ def _extract_pdf(data: bytes, name: str, *, ocr: bool) -> Extracted:
     warnings: list[str] = []
     if not texts:
         raise ExtractionError(f"{name}: cannot read PDF: it has no pages")
-    for index, page_text in enumerate(texts):
-        if page_text.strip():
-            continue
+    blank = [index for index, page_text in enumerate(texts) if not page_text.strip()]
+    for done, index in enumerate(blank, start=1):
         if not ocr:
             warnings.append(f"page {index + 1} has no text layer")
             continue
         with reading(name, f"page {index + 1} by OCR"):
             found = ocr_reader.read_page(data, index)
+        if on_ocr_page is not None:
+            on_ocr_page(done, len(blank))
         texts[index] = found.text
         if found.text.strip():
             warnings.append(f"page {index + 1} read by OCR (confidence {found.confidence:.2f})")

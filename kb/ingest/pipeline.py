@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import timedelta
+from functools import partial
 
 import numpy as np
 from django.conf import settings
@@ -82,7 +83,8 @@ def ingest(document_id: int) -> str:
         with document.file.open("rb") as handle:
             data = handle.read()
         extracted = extract.extract(
-            data=data, mime=document.mime_type, filename=document.filename, ocr=settings.KB_OCR_ENABLED
+            data=data, mime=document.mime_type, filename=document.filename, ocr=settings.KB_OCR_ENABLED,
+            on_ocr_page=partial(_ocr_progress, document_id, version),
         )
         del data
         if not extracted.text.strip():
@@ -126,6 +128,12 @@ def ingest(document_id: int) -> str:
         log.exception("ingesting document %s failed in %s", document_id, stage)
         _fail(document_id, version, stage, f"internal error: {type(exc).__name__}: {exc}")
     return _status(document_id)
+
+
+def _ocr_progress(document_id: int, version: int, done: int, total: int) -> None:
+    """A long scan must not look abandoned: each OCR page renews the lease and shows n/m."""
+    _current(document_id, version).update(progress_done=done, progress_total=total, updated_at=timezone.now())
+    publish_document_status(document_id)
 
 
 class _Stopwatch:

@@ -153,7 +153,9 @@ def test_a_scanned_page_is_read_by_ocr_with_its_confidence() -> None:
     data = scanned_pdf(SCANNED)
     off = extract(data=data, mime=PDF, filename="scan.pdf", ocr=False)
     assert off.text.strip() == "" and off.warnings == ("page 1 has no text layer",)
-    result = extract(data=data, mime=PDF, filename="scan.pdf", ocr=True)
+    calls: list[tuple[int, int]] = []
+    result = extract(data=data, mime=PDF, filename="scan.pdf", ocr=True, on_ocr_page=lambda *args: calls.append(args))
+    assert calls == [(1, 1)]  # the pipeline renews the document's lease on each call
     assert "The returns desk in Building C opens at 7:30 on weekdays." in _normal(result.text)
     assert len(result.warnings) == 1 and result.warnings[0].startswith("page 1 read by OCR (confidence 0.")
     assert result.pages[0].number == 1 and result.text[result.pages[0].start : result.pages[0].end] == result.text
