@@ -81,6 +81,7 @@ class _Server:
 def _ask(base: str, token: str, cookie: str, question: str) -> float | None:
     """Milliseconds from POST /api/ask to the first token event; None when the answer was refused."""
     from websockets.sync.client import connect
+    from websockets.typing import Origin
 
     began = time.perf_counter()
     request = urllib.request.Request(  # noqa: S310 (http://127.0.0.1, our own server)
@@ -90,7 +91,7 @@ def _ask(base: str, token: str, cookie: str, question: str) -> float | None:
     with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 (the same)
         asked = json.load(response)
     ws_url = base.replace("http://", "ws://") + asked["stream"]
-    with connect(ws_url, origin=base, additional_headers={"Cookie": cookie}, open_timeout=30) as ws:
+    with connect(ws_url, origin=Origin(base), additional_headers={"Cookie": cookie}, open_timeout=30) as ws:
         while True:
             event = json.loads(ws.recv(timeout=60))
             if event.get("message") != asked["message"]:

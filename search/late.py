@@ -69,8 +69,8 @@ def chunk_vectors(chunks: Sequence[tuple[int, str]]) -> list[np.ndarray]:
     Only a chunk indexed before the stage existed (its document shows stale) has none; its text is
     encoded here until it is re-indexed.
     """
-    stored = dict(Chunk.objects.filter(pk__in=[cid for cid, _ in chunks], late_vectors__isnull=False)
-                  .values_list("pk", "late_vectors"))
+    rows = Chunk.objects.filter(pk__in=[cid for cid, _ in chunks]).values_list("pk", "late_vectors")
+    stored = {cid: data for cid, data in rows if data is not None}
     missing = [text for cid, text in chunks if cid not in stored]
     computed = iter(embedding.token_vectors(missing) if missing else [])
     dimensions = settings.KB_EMBEDDING_DIMENSIONS

@@ -70,7 +70,10 @@ def embed_with_pieces(texts: list[str]) -> tuple[np.ndarray, list[np.ndarray]]:
     import torch
 
     with _precision():
-        outputs = model().encode(texts, batch_size=BATCH_SIZE, output_value=None, show_progress_bar=False)
+        outputs = cast(
+            "list[dict[str, torch.Tensor]]",
+            model().encode(texts, batch_size=BATCH_SIZE, output_value=None, show_progress_bar=False),
+        )
     if not outputs:
         return np.zeros((0, dimensions()), dtype=np.float32), []
     vectors = torch.nn.functional.normalize(torch.stack([out["sentence_embedding"] for out in outputs]).float(), dim=1)
