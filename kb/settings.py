@@ -274,7 +274,9 @@ KB_EMBEDDING_PRECISION = env_str("KB_EMBEDDING_PRECISION", "auto")  # auto | fp3
 if KB_EMBEDDING_PRECISION not in {"auto", "fp32", "bf16"}:
     raise ImproperlyConfigured(f"KB_EMBEDDING_PRECISION must be auto, fp32 or bf16 (got {KB_EMBEDDING_PRECISION!r})")
 KB_MAX_UPLOAD_MB = env_int("KB_MAX_UPLOAD_MB", 50, minimum=1)
-KB_INGEST_LEASE_SECONDS = env_int("KB_INGEST_LEASE_SECONDS", 600, minimum=10)
+KB_INGEST_LEASE_SECONDS = env_int("KB_INGEST_LEASE_SECONDS", 600, minimum=1)
+KB_INGEST_MAX_ATTEMPTS = env_int("KB_INGEST_MAX_ATTEMPTS", 3, minimum=1)  # then a document that keeps killing workers fails
+KB_SWEEP_SECONDS = env_float("KB_SWEEP_SECONDS", 30.0)  # how often each worker sweeps expired work; 0: never
 KB_OCR_ENABLED = env_bool("KB_OCR", True)  # read PDF pages without a text layer by OCR (seconds per page)
 KB_HEALTH_CELERY_TIMEOUT = env_float("KB_HEALTH_CELERY_TIMEOUT", 2.0)
 

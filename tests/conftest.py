@@ -18,6 +18,16 @@ ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "test-output"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _empty_broker() -> None:
+    """The embedded Redis keeps its data across restarts (append-only file); tasks queued by an
+    earlier run would reach this run's workers with ids of this run's rows."""
+    import redis
+    from django.conf import settings
+
+    redis.Redis.from_url(settings.REDIS_URL).flushall()
+
+
 @pytest.fixture(autouse=True)
 def _fast_password_hasher(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
@@ -78,10 +88,11 @@ def manage(*args: str, env: dict[str, str] | None = None, timeout: float = 120) 
     )
 
 
-def start_worker(name: str = "celery-worker", queues: str = f"{INGEST},{ANSWERS}") -> subprocess.Popen[str]:
+def start_worker(name: str = "celery-worker", queues: str = f"{INGEST},{ANSWERS}", **env: str) -> subprocess.Popen[str]:
     """A real worker process on the real Redis broker, reading the test database; returns once it answers a ping.
 
-    It serves both queues unless told otherwise (`make run` gives each its own worker).
+    It serves both queues unless told otherwise (`make run` gives each its own worker);
+    `env` overrides its environment (KB_SWEEP_SECONDS=…).
     """
     from kb.celery import app
 
@@ -92,16 +103,22 @@ def start_worker(name: str = "celery-worker", queues: str = f"{INGEST},{ANSWERS}
         worker = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "kb", "worker", "--pool", "solo", "--hostname", hostname, "--queues", queues,
              "--loglevel", "INFO", "--without-gossip", "--without-mingle"],
-            cwd=ROOT, env=service_env(), stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+            cwd=ROOT, env=service_env(**env), stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )
     deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if worker.poll() is not None:
-            pytest.fail(f"celery worker exited early: {log.read_text()[-2000:]}")
-        if app.control.ping(destination=[hostname], timeout=0.5):
-            return worker
-    stop_process(worker)
-    pytest.fail("celery worker did not answer a ping within 90s")
+    try:
+        while time.monotonic() < deadline:
+            if worker.poll() is not None:
+                pytest.fail(f"celery worker exited early: {log.read_text()[-2000:]}")
+            try:
+                if app.control.ping(destination=[hostname], timeout=0.5):
+                    return worker
+            except app.connection().connection_errors:
+                time.sleep(0.5)  # a broker that was just restarted: the pooled connection reconnects
+        pytest.fail("celery worker did not answer a ping within 90s")
+    except BaseException:
+        stop_process(worker)  # never leave a worker behind to take a later test's tasks
+        raise
 
 
 def stop_process(process: subprocess.Popen[Any], timeout: float = 30) -> None:

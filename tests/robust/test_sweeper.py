@@ -1,0 +1,151 @@
+"""Issue 12 item 6: lost work heals itself. Expired answers fail (and their readers hear it),
+stuck documents are re-queued, and the embedded broker keeps queued tasks across a restart.
+
+Before: an answer whose worker died stayed "running" forever, a document stuck in a stage
+or queued after a broker restart was never re-queued, and a Redis restart lost every task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+from django.utils import timezone
+
+from chat.events import group_name
+from chat.models import Message
+from chat.services import answers_expire, question_ask
+from kb import embedded
+from kb.models import Document
+from kb.services import document_upload, documents_requeue_stuck
+from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS, corpus  # noqa: F401  (fixture)
+from tests.chat.openai_stub import StubOpenAI
+from tests.conftest import start_worker, stop_process
+from tests.kb.test_worker_killed import wait_for
+
+
+@contextmanager
+def listening_to(conversation_id: int) -> Iterator[Any]:
+    """What a websocket reader of the conversation receives: its group on the real channel layer."""
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(group_name(conversation_id), channel)
+
+    async def receive() -> dict[str, Any]:
+        return dict((await asyncio.wait_for(layer.receive(channel), 30))["event"])
+
+    yield async_to_sync(receive)
+
+
+def upload(name: str, text: str, **kwargs: Any) -> Document:
+    data = text.encode()
+    return document_upload(name=name, stream=io.BytesIO(data), size=len(data), **kwargs).document
+
+
+@pytest.mark.django_db(transaction=True)
+def test_expired_answers_fail_and_their_readers_are_told(people: dict[str, Any], settings: Any) -> None:
+    settings.KB_ANSWER_LEASE_SECONDS = 60
+    long_ago = timezone.now() - timedelta(seconds=120)
+    lost = question_ask(user=people["alice"], question="running when its worker died?", enqueue=False).answer
+    never_started = question_ask(user=people["alice"], question="its job was lost?", enqueue=False).answer
+    busy = question_ask(user=people["alice"], question="still being answered?", enqueue=False).answer
+    Message.objects.filter(pk=lost.pk).update(status=Message.Status.RUNNING, started_at=long_ago)
+    Message.objects.filter(pk=never_started.pk).update(created_at=long_ago)
+    Message.objects.filter(pk=busy.pk).update(status=Message.Status.RUNNING, started_at=timezone.now())
+
+    with listening_to(lost.conversation_id) as receive:
+        assert answers_expire() == 2
+        event = receive()
+    assert event["type"] == "error" and event["message"] == lost.pk and "ask again" in event["error"]
+    states = dict(Message.objects.filter(pk__in=[lost.pk, never_started.pk, busy.pk]).values_list("pk", "status"))
+    assert states == {lost.pk: "failed", never_started.pk: "failed", busy.pk: "running"}
+    assert answers_expire() == 0  # once
+
+
+@pytest.mark.django_db
+def test_stuck_documents_are_requeued_and_repeat_offenders_fail(
+    settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    settings.KB_INGEST_LEASE_SECONDS, settings.KB_INGEST_MAX_ATTEMPTS = 60, 3
+    long_ago = timezone.now() - timedelta(seconds=120)
+    died = upload("died.md", "# Died\n\nwhile extracting", enqueue=False)
+    killer = upload("killer.md", "# Killer\n\nkills every worker", enqueue=False)
+    lost = upload("lost.md", "# Lost\n\nqueued before the broker restarted", enqueue=False)
+    working = upload("working.md", "# Working\n\nright now", enqueue=False)
+    Document.objects.filter(pk=died.pk).update(status="extracting", attempts=1, updated_at=long_ago)
+    Document.objects.filter(pk=killer.pk).update(status="embedding", attempts=3, updated_at=long_ago)
+    Document.objects.filter(pk=lost.pk).update(updated_at=long_ago)
+    Document.objects.filter(pk=working.pk).update(status="chunking", attempts=1, updated_at=timezone.now())
+
+    with django_capture_on_commit_callbacks() as queued:
+        assert documents_requeue_stuck() == (2, 1)
+    assert len(queued) == 2
+    rows = {d.pk: d for d in Document.objects.all()}
+    assert (rows[died.pk].status, rows[lost.pk].status, rows[working.pk].status) == ("queued", "queued", "chunking")
+    assert (rows[killer.pk].status, rows[killer.pk].failed_stage) == ("failed", "embedding")
+    assert "stopped while processing it 3 times" in rows[killer.pk].failure_reason
+    with django_capture_on_commit_callbacks() as queued:
+        assert documents_requeue_stuck() == (0, 0)  # sent again once per lease at most
+    assert not queued
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_sigkill_the_worker_mid_answer_and_the_reader_hears_it_failed(
+    corpus: dict[str, Document], people: dict[str, Any]
+) -> None:
+    with StubOpenAI(["Press", " Export", " now", " [1]", "."], pause_after=2) as stub:
+        env = {"KB_ANSWER_BACKEND": "openai", "KB_OPENAI_BASE_URL": stub.url, "KB_ANSWER_LEASE_SECONDS": "45",
+               "KB_SWEEP_SECONDS": "1"}
+        worker = start_worker("worker-killed-mid-answer", **env)
+        try:
+            with transaction.atomic():
+                answer = question_ask(user=people["alice"], question=EXPORT_QUESTION).answer
+            assert stub.paused.wait(90), "the worker never reached the model server"
+            with listening_to(answer.conversation_id) as receive:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait(10)
+                assert Message.objects.get(pk=answer.pk).status == Message.Status.RUNNING
+                replacement = start_worker("worker-after-the-kill", **env)
+                try:
+                    event = receive()
+                    while event["type"] != "error":
+                        event = receive()
+                finally:
+                    stop_process(replacement)
+        finally:
+            stop_process(worker)
+    answer.refresh_from_db()
+    assert answer.status == Message.Status.FAILED and event["message"] == answer.pk
+    assert (answer.finished_at - answer.started_at).total_seconds() < 90  # within the lease and a sweep or two
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_redis_restart_loses_no_queued_work(people: dict[str, Any]) -> None:
+    with transaction.atomic():
+        documents = [upload(f"restart-{n}.md", SHIPMENTS.replace("Shipments", f"Shipments {n}"), public=True)
+                     for n in range(3)]
+        answer = question_ask(user=people["alice"], question=EXPORT_QUESTION).answer
+    embedded.stop_redis()  # SIGTERM: the append-only file is flushed, as on any clean restart
+    assert embedded.start_redis().started_here
+    worker = start_worker("worker-after-redis-restart")
+    try:
+        ids = [d.pk for d in documents]
+        wait_for(lambda: set(Document.objects.filter(pk__in=ids).values_list("status", flat=True)) == {"ready"},
+                 180, "the queued documents")
+        wait_for(lambda: Message.objects.get(pk=answer.pk).status in Message.FINISHED, 120, "the queued answer")
+    finally:
+        stop_process(worker)
+    assert Message.objects.get(pk=answer.pk).status in (Message.Status.DONE, Message.Status.REFUSED)
