@@ -7,8 +7,12 @@ from typing import Any
 from celery import shared_task
 from celery.signals import worker_process_init
 
+from chat import conf
 
-@shared_task(name="chat.answer_message", acks_late=True, ignore_result=True)
+
+# The answer itself stops at KB_ANSWER_TIMEOUT; these limits catch a generator that ignores it.
+@shared_task(name="chat.answer_message", acks_late=True, ignore_result=True,
+             soft_time_limit=conf.answer_timeout() + 30, time_limit=conf.answer_timeout() + 60)
 def answer_message(message_id: int, job_id: str | None = None) -> str | None:
     from chat.services import answer_produce
 

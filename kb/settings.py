@@ -187,6 +187,9 @@ CELERY_RESULT_EXPIRES = 24 * 3600
 # document. Everything not routed (ingestion, statistics refresh) goes to the ingest queue.
 CELERY_TASK_DEFAULT_QUEUE = queues.INGEST
 CELERY_TASK_ROUTES = {"chat.answer_message": {"queue": queues.ANSWERS}}
+# No task runs unbounded; per-task limits (ingestion, answers) are set on the tasks themselves.
+CELERY_TASK_SOFT_TIME_LIMIT = 300
+CELERY_TASK_TIME_LIMIT = 360
 
 CHANNEL_LAYERS = {
     "default": {
@@ -275,6 +278,7 @@ if KB_EMBEDDING_PRECISION not in {"auto", "fp32", "bf16"}:
     raise ImproperlyConfigured(f"KB_EMBEDDING_PRECISION must be auto, fp32 or bf16 (got {KB_EMBEDDING_PRECISION!r})")
 KB_MAX_UPLOAD_MB = env_int("KB_MAX_UPLOAD_MB", 50, minimum=1)
 KB_INGEST_LEASE_SECONDS = env_int("KB_INGEST_LEASE_SECONDS", 600, minimum=1)
+KB_INGEST_TIME_LIMIT = env_int("KB_INGEST_TIME_LIMIT", 480, minimum=1)  # seconds per document; the hard kill comes 60 s later
 KB_INGEST_MAX_ATTEMPTS = env_int("KB_INGEST_MAX_ATTEMPTS", 3, minimum=1)  # then a document that keeps killing workers fails
 KB_SWEEP_SECONDS = env_float("KB_SWEEP_SECONDS", 30.0)  # how often each worker sweeps expired work; 0: never
 KB_OCR_ENABLED = env_bool("KB_OCR", True)  # read PDF pages without a text layer by OCR (seconds per page)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 
 
-@shared_task(name="kb.ingest_document", acks_late=True)
+# The soft limit raises inside the pipeline, which records why; the hard one (prefork pools)
+# kills a stuck parser, and the sweeper re-queues or fails the document after its lease.
+@shared_task(name="kb.ingest_document", acks_late=True, soft_time_limit=settings.KB_INGEST_TIME_LIMIT,
+             time_limit=settings.KB_INGEST_TIME_LIMIT + 60)
 def ingest_document(document_id: int) -> str:
     from kb.ingest.pipeline import ingest
     from search.stats import lexeme_stats_schedule

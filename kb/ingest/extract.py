@@ -72,6 +72,13 @@ _ZIP_KINDS = {
 }
 _OLE2 = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # .doc/.xls/.ppt of Office 97-2003
 
+# Bounded work per file: a small upload must not unpack, parse or index without limit.
+MAX_TEXT_CHARS = 10_000_000  # canonical text of any format (about 2,500 pages); checked by the pipeline
+MAX_HTML_CHARS = 10_000_000  # HTML source: BeautifulSoup builds the whole tree in memory
+MAX_PDF_PAGES = 2_000
+MAX_ZIP_ENTRIES = 5_000  # entries of a ZIP package (DOCX, ODT, PPTX, XLSX, EPUB)
+MAX_ZIP_UNPACKED = 200 * 1024 * 1024  # a package's declared uncompressed bytes (zipfile never reads past them)
+
 
 class UnsupportedFile(ValueError):
     """The file is of a kind we do not ingest, or is not what its name says. Shown to the user."""
@@ -171,12 +178,14 @@ def extract(
     from kb.ingest import formats  # the formats import this module's plumbing
 
     name = _display_name(filename)
+    if mime in _ZIP_KINDS:
+        _check_package(data, name, _ZIP_KINDS[mime])
     if mime == MARKDOWN:
         return _extract_text(_decode(data, name), markdown=True)
     if mime == PLAIN:
         return _extract_text(_decode(data, name), markdown=False)
     if mime == HTML:
-        return _extract_html(_decode(data, name))
+        return _extract_html(_decode(data, name), name)
     if mime == PDF:
         return _extract_pdf(data, name, ocr=ocr, on_ocr_page=on_ocr_page)
     if mime == DOCX:
@@ -432,7 +441,9 @@ class _HtmlWriter:
             self.blocks.append(Block(text=code))
 
 
-def _extract_html(source: str) -> Extracted:
+def _extract_html(source: str, name: str) -> Extracted:
+    if len(source) > MAX_HTML_CHARS:
+        raise ExtractionError(f"{name}: the HTML is {len(source):,} characters long; at most {MAX_HTML_CHARS:,} are read")
     from bs4 import BeautifulSoup
     from bs4.element import CData, NavigableString, Tag
 
@@ -554,6 +565,8 @@ def _pdf_pages(data: bytes, name: str) -> tuple[list[str], str | None]:
             raise ExtractionError(f"{name}: cannot read PDF: it is password-protected") from exc
         raise ExtractionError(f"{name}: cannot read PDF: {exc}") from exc
     try:
+        if len(pdf) > MAX_PDF_PAGES:
+            raise ExtractionError(f"{name}: the PDF has {len(pdf):,} pages; at most {MAX_PDF_PAGES:,} are read (split it)")
         texts: list[str] = []
         for page in pdf:
             textpage = page.get_textpage()
@@ -605,6 +618,25 @@ def _extract_docx(data: bytes, name: str) -> Extracted:
     text, headings = join_blocks(blocks)
     title = " ".join((core_title or "").split()) or next((h.title for h in headings if h.level == 1), None)
     return Extracted(text=text, headings=headings, pages=(), warnings=(), title=title)
+
+
+def _check_package(data: bytes, name: str, kind: str) -> None:
+    """Refuse a ZIP package before a reader unpacks it: too many entries or too many bytes is a zip bomb."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as package:
+            entries = package.infolist()
+    except (zipfile.BadZipFile, ValueError) as exc:
+        raise ExtractionError(f"{name}: cannot read {kind}: {exc or type(exc).__name__}") from exc
+    if len(entries) > MAX_ZIP_ENTRIES:
+        raise ExtractionError(
+            f"{name}: cannot read {kind}: it has {len(entries):,} parts (at most {MAX_ZIP_ENTRIES:,}); is it a zip bomb?"
+        )
+    unpacked = sum(entry.file_size for entry in entries)
+    if unpacked > MAX_ZIP_UNPACKED:
+        raise ExtractionError(
+            f"{name}: cannot read {kind}: it unpacks to {unpacked // 2**20:,} MB "
+            f"(at most {MAX_ZIP_UNPACKED // 2**20:,} MB); is it a zip bomb?"
+        )
 
 
 def _docx_paragraph(paragraph: Paragraph) -> Block | None:

@@ -13,6 +13,7 @@ from datetime import timedelta
 from functools import partial
 
 import numpy as np
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
@@ -87,6 +88,9 @@ def ingest(document_id: int) -> str:
             on_ocr_page=partial(_ocr_progress, document_id, version),
         )
         del data
+        if len(extracted.text) > extract.MAX_TEXT_CHARS:
+            raise StageFailed(f"the text is {len(extracted.text):,} characters long; at most "
+                              f"{extract.MAX_TEXT_CHARS:,} are indexed (split the document)")
         if not extracted.text.strip():
             raise StageFailed("no text could be extracted" + (f" ({'; '.join(extracted.warnings)})" if extracted.warnings else ""))
         title = document.title or extracted.title or filename_title(document.filename)
@@ -122,6 +126,8 @@ def ingest(document_id: int) -> str:
         return _status(document_id)
     except (extract.ExtractionError, extract.UnsupportedFile, StageFailed) as exc:
         _fail(document_id, version, stage, str(exc))
+    except SoftTimeLimitExceeded:
+        _fail(document_id, version, stage, f"took longer than {settings.KB_INGEST_TIME_LIMIT} s (KB_INGEST_TIME_LIMIT)")
     except FileNotFoundError:
         _fail(document_id, version, stage, "the stored file is missing; upload it again")
     except Exception as exc:  # one bad document must never stop the others: record and go on
