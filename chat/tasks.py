@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_ready
 
 from chat import conf
 
 
 # The answer itself stops at KB_ANSWER_TIMEOUT; these limits catch a generator that ignores it.
 @shared_task(name="chat.answer_message", acks_late=True, ignore_result=True,
-             soft_time_limit=conf.answer_timeout() + 30, time_limit=conf.answer_timeout() + 60)
+             soft_time_limit=int(conf.answer_timeout()) + 30, time_limit=int(conf.answer_timeout()) + 60)
 def answer_message(message_id: int, job_id: str | None = None) -> str | None:
     from chat.services import answer_produce
 
@@ -26,3 +26,11 @@ def _load_the_embedding_model(**_: Any) -> None:
     from kb.ingest import embedding
 
     embedding.model()
+
+
+@worker_ready.connect
+def _start_sweeper(**_: object) -> None:
+    """Every worker heals lost work (chat.sweeper)."""
+    from chat.sweeper import start
+
+    start()

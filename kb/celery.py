@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
 
@@ -18,10 +17,3 @@ app.autodiscover_tasks()
 def ping(value: str) -> str:
     """Round trip through the broker and result backend; used by health checks and tests."""
     return f"pong:{value}"
-
-
-@worker_ready.connect
-def _start_sweeper(**_: object) -> None:
-    from kb.sweeper import start
-
-    start()

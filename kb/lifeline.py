@@ -52,7 +52,8 @@ class Lifeline:
         watcher = subprocess.Popen(
             [sys.executable, "-m", "kb.lifeline"], stdin=subprocess.PIPE, text=True, start_new_session=True
         )
-        assert watcher.stdin is not None
+        if watcher.stdin is None:  # cannot happen with stdin=PIPE; keeps the type narrow
+            raise RuntimeError("the lifeline watcher has no stdin")
         return cls(pipe=watcher.stdin, watcher=watcher)
 
     def _send(self, line: str) -> None:

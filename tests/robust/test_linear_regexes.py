@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import pytest
 
-from kb.ingest.extract import MARKDOWN, PLAIN, extract
+from kb.ingest.extract import MARKDOWN, PLAIN, Extracted, extract
 from kb.models import Document
 from kb.web import render_document
 from tests.robust.scaling import assert_linear
 
 
-def markdown(text: str) -> object:
+def markdown(text: str) -> Extracted:
     return extract(data=text.encode(), mime=MARKDOWN, filename="x.md")
 
 
-def plain(text: str) -> object:
+def plain(text: str) -> Extracted:
     return extract(data=text.encode(), mime=PLAIN, filename="x.txt")
 
 
@@ -30,7 +30,8 @@ def view(text: str) -> object:
 
 def backtick_runs(n: int) -> str:
     """Runs of 1, 2, 3, … backticks, none closed: about n characters."""
-    parts, k = [], 1
+    parts: list[str] = []
+    k = 1
     while sum(map(len, parts)) < n:
         parts.append("`" * k + " a ")
         k += 1

@@ -11,7 +11,6 @@ import asyncio
 import io
 import os
 import signal
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -29,7 +28,7 @@ from chat.services import answers_expire, question_ask
 from kb import embedded
 from kb.models import Document
 from kb.services import document_upload, documents_requeue_stuck
-from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS, corpus  # noqa: F401  (fixture)
+from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS
 from tests.chat.openai_stub import StubOpenAI
 from tests.conftest import start_worker, stop_process
 from tests.kb.test_worker_killed import wait_for

@@ -1,8 +1,9 @@
 """The periodic sweep that heals lost work: documents re-queued, expired answers failed.
 
-It runs in a daemon thread of every Celery worker (started on `worker_ready`), so it needs
-no extra process; the sweeps are conditional updates, so several workers sweeping at
-once do each thing once.
+It runs in a daemon thread of every Celery worker (started on `worker_ready`, hooked up in
+chat/tasks.py), so it needs no extra process; the sweeps are conditional updates, so
+several workers sweeping at once do each thing once. It lives in chat, the top layer,
+because it sweeps both chat's answers and kb's documents.
 """
 
 from __future__ import annotations
