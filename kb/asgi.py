@@ -16,13 +16,16 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from chat.routing import websocket_urlpatterns as chat_websockets  # noqa: E402
+from kb.edge import BoundedRequests  # noqa: E402
 from kb.routing import websocket_urlpatterns as kb_websockets  # noqa: E402
 
 websocket_urlpatterns = [*kb_websockets, *chat_websockets]
 
-application = ProtocolTypeRouter(
-    {
-        "http": ASGIStaticFilesHandler(django_asgi_app),
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
-    }
+application = BoundedRequests(
+    ProtocolTypeRouter(
+        {
+            "http": ASGIStaticFilesHandler(django_asgi_app),
+            "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        }
+    )
 )

@@ -277,6 +277,8 @@ KB_EMBEDDING_PRECISION = env_str("KB_EMBEDDING_PRECISION", "auto")  # auto | fp3
 if KB_EMBEDDING_PRECISION not in {"auto", "fp32", "bf16"}:
     raise ImproperlyConfigured(f"KB_EMBEDDING_PRECISION must be auto, fp32 or bf16 (got {KB_EMBEDDING_PRECISION!r})")
 KB_MAX_UPLOAD_MB = env_int("KB_MAX_UPLOAD_MB", 50, minimum=1)
+KB_MAX_BODY_KB = env_int("KB_MAX_BODY_KB", 1024, minimum=1)  # any request body but an upload (kb.edge)
+KB_MAX_WS_MESSAGE_KB = env_int("KB_MAX_WS_MESSAGE_KB", 64, minimum=1)  # one websocket message from a browser
 KB_INGEST_LEASE_SECONDS = env_int("KB_INGEST_LEASE_SECONDS", 600, minimum=1)
 KB_INGEST_TIME_LIMIT = env_int("KB_INGEST_TIME_LIMIT", 480, minimum=1)  # seconds per document; the hard kill comes 60 s later
 KB_INGEST_MAX_ATTEMPTS = env_int("KB_INGEST_MAX_ATTEMPTS", 3, minimum=1)  # then a document that keeps killing workers fails
