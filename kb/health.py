@@ -95,3 +95,9 @@ def health_report(checks: dict[str, Check] | None = None) -> dict[str, Any]:
             results[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     failed = [name for name, result in results.items() if not result["ok"]]
     return {"ok": not failed, "failed": failed, "checks": results}
+
+
+def public_summary(report: dict[str, Any]) -> dict[str, Any]:
+    """What anyone may see: up or not, and which checks failed. Versions, worker host names and
+    connection errors help an attacker map the deployment, so only staff get the full report."""
+    return {"ok": report["ok"], "failed": report["failed"]}

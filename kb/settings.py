@@ -247,7 +247,9 @@ elif not KB_LOCAL_PASSWORDS:
     raise ImproperlyConfigured("KB_LOCAL_PASSWORDS=off needs single sign-on (KB_OIDC_DISCOVERY_URL, KB_OIDC_CLIENT_ID)")
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 10}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 SESSION_COOKIE_AGE = env_int("KB_SESSION_HOURS", 336, minimum=1) * 3600  # groups refresh at sign-in: bound it
 SESSION_COOKIE_SECURE = env_bool("KB_SECURE_COOKIES", False)

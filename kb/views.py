@@ -15,7 +15,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from kb.health import health_report
+from kb.health import health_report, public_summary
 from kb.ingest.extract import PDF, SUPPORTED, SUPPORTED_KINDS
 from kb.middleware import allow_remote_images
 from kb.models import Document
@@ -45,7 +45,8 @@ from kb.web import (
 @never_cache
 def healthz(request: HttpRequest) -> JsonResponse:
     report = health_report()
-    return JsonResponse(report, status=200 if report["ok"] else 503)
+    body = report if request.user.is_staff else public_summary(report)
+    return JsonResponse(body, status=200 if report["ok"] else 503)
 
 
 # --------------------------------------------------------------------------- Ask and Review
