@@ -342,6 +342,22 @@ def leave(name: str, root: Path | None = None) -> bool:
         return True
 
 
+def partial_configuration() -> str | None:
+    """Why setting only one of DATABASE_URL / REDIS_URL is refused, or None when both or neither are set.
+
+    With one set, the other would silently be a server (and a SECRET_KEY) local to this
+    machine, so a second node would share the database but not the queue or the sessions.
+    """
+    given = [name for name in ("DATABASE_URL", "REDIS_URL") if os.environ.get(name)]
+    if len(given) != 1:
+        return None
+    missing = "REDIS_URL" if given == ["DATABASE_URL"] else "DATABASE_URL"
+    return (
+        f"{given[0]} is set but {missing} is not: set both to use external servers, "
+        "or neither for the embedded ones under ./var"
+    )
+
+
 def ensure_services() -> tuple[str, str]:
     """DATABASE_URL and REDIS_URL, using the embedded servers for whichever is unset."""
     root = var_dir()

@@ -200,6 +200,8 @@ def run(host: str, port: int) -> int:
         raise LaunchError(f"port {port} on {host} is already in use; stop what is using it or set PORT=<another port>")
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_interrupt)
+    if partial := embedded.partial_configuration():
+        raise LaunchError(partial)
     launcher = Launcher(host=host, port=port, env={}, lifeline=Lifeline.start())
     try:
         database_url = os.environ.get("DATABASE_URL", "") or launcher.own("postgres")
@@ -209,13 +211,18 @@ def run(host: str, port: int) -> int:
             raise LaunchError("\n".join(problems))
         launcher.env = child_environment(database_url, redis_url)
         launcher.manage("migrate", "--noinput")
-        launcher.manage("load_demo")
+        # Demo users' passwords are their names: only ever in the embedded database, never in
+        # whatever DATABASE_URL points at (`manage.py load_demo` adds them there on purpose).
+        demo = "postgres" in launcher.owned
+        if demo:
+            launcher.manage("load_demo")
         launcher.start()
         url = f"http://{host}:{port}/"
         say(f"\nKnowledge base ready at {url}  (health: {url}healthz)")
-        say("Demo logins (username / password):")
-        for username, password, role in DEMO_LOGINS:
-            say(f"  {username:<6} / {password:<6} {role}")
+        if demo:
+            say("Demo logins (username / password):")
+            for username, password, role in DEMO_LOGINS:
+                say(f"  {username:<6} / {password:<6} {role}")
         say("Press Ctrl-C to stop.")
         return launcher.watch()
     except KeyboardInterrupt:

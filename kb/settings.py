@@ -30,6 +30,8 @@ VAR_DIR = embedded.var_dir()
 
 DEBUG = env_bool("DEBUG", False)
 EMBEDDED_SERVICES = not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
+if (partial := embedded.partial_configuration()) and not DEBUG:
+    raise ImproperlyConfigured(partial)
 # Static tools (mypy's Django plugin under `make lint`) load these settings without starting any server.
 if env_bool("KB_SETTINGS_ONLY", False):
     DATABASE_URL, REDIS_URL = "postgresql://localhost/kb", "redis://localhost:6379/0"
@@ -252,8 +254,19 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 SESSION_COOKIE_AGE = env_int("KB_SESSION_HOURS", 336, minimum=1) * 3600  # groups refresh at sign-in: bound it
-SESSION_COOKIE_SECURE = env_bool("KB_SECURE_COOKIES", False)
+# The production profile: KB_HTTPS=1 where users reach the site over HTTPS (`manage.py check
+# --deploy` is then clean, with SECRET_KEY, ALLOWED_HOSTS and KB_HSTS_PRELOAD=1 set).
+KB_HTTPS = env_bool("KB_HTTPS", False)
+SESSION_COOKIE_SECURE = env_bool("KB_SECURE_COOKIES", KB_HTTPS)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+if KB_HTTPS:
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # load balancers probe over plain HTTP
+    SECURE_HSTS_SECONDS = env_int("KB_HSTS_SECONDS", 365 * 24 * 3600, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("KB_HSTS_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("KB_HSTS_PRELOAD", False)  # a commitment browsers remember: opt in
+if env_bool("KB_TRUST_X_FORWARDED_PROTO", False):  # only behind a proxy that sets (and strips) the header
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
