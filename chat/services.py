@@ -35,6 +35,10 @@ class NotFound(ChatError):
     """No such conversation or message for this user (missing and foreign look the same)."""
 
 
+class TooManyQuestions(ChatError):
+    """The user asked more than KB_ASKS_PER_MINUTE questions in the last minute."""
+
+
 @dataclass(frozen=True)
 class Asked:
     conversation: Conversation
@@ -56,6 +60,7 @@ def question_ask(*, user: Any, question: str, conversation_id: int | None = None
         raise ChatError(f"the question is longer than {MAX_QUESTION} characters")
     if not is_active_user(user):
         raise NotFound("no such conversation")
+    _check_rate(user)
     if conversation_id is None:
         conversation = Conversation.objects.create(owner=user, title=_title(question))
     else:
@@ -76,6 +81,17 @@ def question_ask(*, user: Any, question: str, conversation_id: int | None = None
 
         transaction.on_commit(partial(answer_message.delay, answer.pk, str(answer.job_id)))
     return Asked(conversation, asked, answer)
+
+
+def _check_rate(user: Any) -> None:
+    """Each question costs an embedding, searches and a generation (money, with a paid model):
+    a per-user budget, counted from the stored questions so that every web node agrees."""
+    limit = conf.asks_per_minute()
+    recent = Message.objects.filter(
+        conversation__owner=user, role=Message.Role.USER, created_at__gte=timezone.now() - timedelta(minutes=1)
+    )
+    if limit and recent.count() >= limit:
+        raise TooManyQuestions(f"more than {limit} questions in a minute; wait a moment and ask again")
 
 
 def _title(question: str) -> str:

@@ -31,6 +31,7 @@ def _empty_broker() -> None:
 @pytest.fixture(autouse=True)
 def _fast_password_hasher(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.KB_ASKS_PER_MINUTE = 0  # tests ask many questions as one user; tests/robust/test_ask_rate.py sets it
 
 
 @pytest.fixture(autouse=True)
