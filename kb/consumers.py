@@ -73,8 +73,9 @@ class DocumentStatusConsumer(UserConsumer):
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if not isinstance(content, dict) or content.get("type") != "watch":
             return
-        ids = [int(i) for i in content.get("ids") or [] if isinstance(i, int) or (isinstance(i, str) and i.isdigit())]
-        self.watched.update(ids[:MAX_WATCHED])
+        raw = content.get("ids") or []
+        ids = [int(i) for i in raw[:MAX_WATCHED] if isinstance(i, int) or (isinstance(i, str) and i.isdigit())]
+        self.watched.update(ids)
         if len(self.watched) > MAX_WATCHED:
             self.watched = set(sorted(self.watched)[-MAX_WATCHED:])
         await self._send_rows(ids, force=True)

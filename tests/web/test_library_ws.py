@@ -89,3 +89,21 @@ async def test_a_watched_document_is_polled_without_an_announcement(
         assert (await socket.receive_json_from(timeout=5))["status"] == "chunking"
     finally:
         await socket.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_watch_list_is_cut_at_its_bound_before_any_query(
+    people: dict[str, Any], library_docs: dict[str, Any]
+) -> None:
+    from kb.consumers import MAX_WATCHED
+
+    public = library_docs["public"]
+    socket = await connect(people["carol"])
+    try:
+        beyond = [10**9 + n for n in range(MAX_WATCHED)] + [public.pk]  # the real one comes after the bound
+        await socket.send_json_to({"type": "watch", "ids": beyond})
+        assert await socket.receive_nothing(timeout=1)
+        await socket.send_json_to({"type": "watch", "ids": [public.pk]})
+        assert (await socket.receive_json_from(timeout=5))["id"] == public.pk
+    finally:
+        await socket.disconnect()
