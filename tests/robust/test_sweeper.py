@@ -42,7 +42,7 @@ def listening_to(conversation_id: int) -> Iterator[Any]:
     async_to_sync(layer.group_add)(group_name(conversation_id), channel)
 
     async def receive() -> dict[str, Any]:
-        return dict((await asyncio.wait_for(layer.receive(channel), 30))["event"])
+        return dict((await asyncio.wait_for(layer.receive(channel), 90))["event"])
 
     yield async_to_sync(receive)
 
