@@ -159,14 +159,6 @@ class CitationFilter:
         return match.group(1) + "".join(f"[{n}]" for n in keep)
 
 
-def clean_text(text: str, *, k: int) -> tuple[str, list[int]]:
-    """The whole-text form of the filter: cleaned text and the numbers it cites."""
-    stream = CitationFilter(k)
-    stream.feed(text)
-    stream.finish()
-    return stream.text, stream.cited
-
-
 class Linkable(Protocol):
     @property
     def link(self) -> str: ...

@@ -15,15 +15,6 @@ from chat.events import ChatEventMessage, group_name
 CLOSE_FORBIDDEN = 4403  # not your conversation, or no such conversation: the same answer for both
 
 
-class HelloConsumer(UserConsumer):
-    """Greets a logged-in user: proves the session reaches the websocket side."""
-
-    async def connect(self) -> None:
-        user = await self.accept_user()
-        if user is not None:
-            await self.send_json({"type": "hello", "user": user.get_username()})
-
-
 class AskIn(BaseModel):
     """A follow-up question sent over the socket: {"type": "ask", "question": "..."}."""
 

@@ -3,6 +3,5 @@ from django.urls import path
 from chat import consumers
 
 websocket_urlpatterns = [
-    path("ws/hello/", consumers.HelloConsumer.as_asgi()),
     path("ws/chat/<int:pk>/", consumers.ChatConsumer.as_asgi()),
 ]

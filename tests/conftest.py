@@ -16,6 +16,26 @@ from kb.queues import ANSWERS, INGEST
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "test-output"
+# The development evaluation set lies beside the checkout (CI copies it there); a worktree elsewhere
+# names it with KB_SHARED_EVAL. Tests that need it skip without it, and CI fails on any skip.
+SHARED_EVAL = Path(os.environ.get("KB_SHARED_EVAL") or ROOT.parent / "shared" / "eval")
+
+
+def _skipped(config: pytest.Config) -> int:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    return len(reporter.stats.get("skipped", [])) if reporter is not None else 0
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """With KB_FAIL_ON_SKIP=1 (CI) a skipped test fails the run: nothing passes by not running."""
+    if os.environ.get("KB_FAIL_ON_SKIP") == "1" and _skipped(session.config) and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    terminalreporter.write_line(f"skipped tests: {_skipped(config)}")
+    if os.environ.get("KB_FAIL_ON_SKIP") == "1" and _skipped(config):
+        terminalreporter.write_line("KB_FAIL_ON_SKIP=1: the skips above fail this run", red=True)
 
 
 @pytest.fixture(autouse=True, scope="session")

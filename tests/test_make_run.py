@@ -47,10 +47,12 @@ def _login(base: str, username: str) -> tuple[urllib.request.OpenerDirector, htt
     return opener, jar
 
 
-async def _hello(ws_url: str, origin: str, cookie: str | None) -> dict[str, object] | int:
+async def _library_row(ws_url: str, origin: str, cookie: str | None) -> dict[str, object] | int:
+    """The first status row the library socket sends for the demo's documents, or the close code."""
     headers = {"Cookie": cookie} if cookie else {}
     try:
         async with websockets.connect(ws_url, origin=origin, additional_headers=headers) as ws:
+            await ws.send(json.dumps({"type": "watch", "ids": list(range(1, 100))}))
             return json.loads(await asyncio.wait_for(ws.recv(), 10))
     except websockets.ConnectionClosed as closed:
         return closed.rcvd.code if closed.rcvd else -1
@@ -105,10 +107,11 @@ def test_make_run_serves_the_app_and_leaves_nothing_behind(tmp_path: Path) -> No
 
         _, jar = _login(base, "alice")
         cookie = "; ".join(f"{c.name}={c.value}" for c in jar)
-        ws_url = f"ws://127.0.0.1:{port}/ws/hello/"
+        ws_url = f"ws://127.0.0.1:{port}/ws/library/"
         origin = f"http://127.0.0.1:{port}"
-        assert asyncio.run(_hello(ws_url, origin, cookie)) == {"type": "hello", "user": "alice"}
-        assert asyncio.run(_hello(ws_url, origin, None)) == 4401
+        row = asyncio.run(_library_row(ws_url, origin, cookie))
+        assert isinstance(row, dict) and row["type"] == "document" and row["status"] == "ready"
+        assert asyncio.run(_library_row(ws_url, origin, None)) == 4401
 
         root = psutil.Process(launcher.pid)
         seen = {p.pid for p in root.children(recursive=True)} | {launcher.pid}

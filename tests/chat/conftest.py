@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,9 +13,8 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
-from kb.ingest.pipeline import ingest
 from kb.models import Document
-from kb.services import document_upload
+from tests.factories import ingested_document
 
 SHIPMENTS = """# Shipments console
 
@@ -45,14 +43,6 @@ VAULT_QUESTION = "What is the vault rotation code for the Oslo depot?"
 OOD_QUESTION = "What is the airspeed velocity of an unladen swallow carrying a coconut?"
 
 
-def add_document(text: str, name: str, **access: Any) -> Document:
-    data = text.encode()
-    document = document_upload(name=name, stream=io.BytesIO(data), size=len(data), enqueue=False, **access).document
-    assert ingest(document.pk) == Document.Status.READY
-    document.refresh_from_db()  # ingestion sets the title, canonical text and counts
-    return document
-
-
 @pytest.fixture(autouse=True)
 def _extractive_by_default(settings: Any) -> None:
     settings.KB_ANSWER_BACKEND = "extractive"
@@ -61,8 +51,8 @@ def _extractive_by_default(settings: Any) -> None:
 @pytest.fixture
 def corpus(people: dict[str, Any]) -> dict[str, Document]:
     return {
-        "shipments": add_document(SHIPMENTS, "shipments.md"),
-        "vault": add_document(VAULT, "vault.md", public=False, groups=[people["groups"]["engineering"]]),
+        "shipments": ingested_document(SHIPMENTS, "shipments.md"),
+        "vault": ingested_document(VAULT, "vault.md", public=False, groups=[people["groups"]["engineering"]]),
     }
 
 

@@ -13,8 +13,9 @@ from chat.models import Citation, Message
 from chat.selectors import WITHHELD, conversation_replay, message_views
 from chat.services import answer_produce, question_ask
 from kb.models import Chunk, Document
-from tests.chat.conftest import EXPORT_QUESTION, OOD_QUESTION, VAULT_QUESTION, add_document
+from tests.chat.conftest import EXPORT_QUESTION, OOD_QUESTION, VAULT_QUESTION
 from tests.chat.openai_stub import StubOpenAI
+from tests.factories import ingested_document
 
 
 def use_stub(settings: Any, stub: StubOpenAI, read_timeout: float = 5.0) -> None:
@@ -127,7 +128,7 @@ def test_a_split_section_is_one_source_of_all_its_parts(people: dict[str, Any]) 
                                "Depot code", "Hazmat licence", "Tariff zone", "Invoice address", "Payment terms",
                                "Signing officer", "Emergency phone", "Customs number", "Driver roster"], 1)
     )
-    document = add_document(f"# Carriers\n\n## Onboarding a carrier\n\n{steps}\n", "carriers.md")
+    document = ingested_document(f"# Carriers\n\n## Onboarding a carrier\n\n{steps}\n", "carriers.md")
     document.refresh_from_db()
     parts = list(Chunk.objects.filter(document=document).order_by("ordinal"))
     assert len(parts) > 1 and parts[0].parts == len(parts)

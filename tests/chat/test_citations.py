@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from chat.citations import CitationFilter, clean_text, render_html
+from chat.citations import CitationFilter, render_html
 from chat.prompts import Source, build_prompt
 from kb.ingest.classify import CONCEPT, SCREEN
 
@@ -17,6 +17,14 @@ def streamed(pieces: list[str], k: int) -> tuple[list[str], CitationFilter]:
     out = [stream.feed(p) for p in pieces]
     out.append(stream.finish())
     return [o for o in out if o], stream
+
+
+def clean_text(text: str, *, k: int) -> tuple[str, list[int]]:
+    """The whole text through the filter at once: cleaned text and the numbers it cites."""
+    stream = CitationFilter(k)
+    stream.feed(text)
+    stream.finish()
+    return stream.text, stream.cited
 
 
 def test_a_number_outside_the_sources_is_dropped_with_its_space() -> None:

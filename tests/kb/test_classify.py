@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from kb.ingest.classify import CONCEPT, SCREEN, classify_chunk, classify_query
+from tests.conftest import SHARED_EVAL
 
-QUESTIONS = Path("/work/shared/eval/questions.jsonl")
+QUESTIONS = SHARED_EVAL / "questions.jsonl"
 
 SCREEN_CHUNK = """[Shipments guide > Exports]
 The Export button at the top right of the Shipments screen opens the Export dialog. The
@@ -83,7 +83,7 @@ def test_a_question_with_no_cues_is_a_concept_with_low_confidence() -> None:
     assert label == CONCEPT and 0.5 <= confidence <= 0.6
 
 
-@pytest.mark.skipif(not QUESTIONS.is_file(), reason="eval set not available")
+@pytest.mark.skipif(not QUESTIONS.is_file(), reason=f"{QUESTIONS} is not on this machine (set KB_SHARED_EVAL)")
 def test_query_intent_accuracy_on_the_eval_set() -> None:
     questions = [json.loads(line) for line in QUESTIONS.read_text().splitlines()]
     outcomes = Counter((q["intent"], classify_query(q["query"])[0]) for q in questions)

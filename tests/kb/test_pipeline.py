@@ -17,6 +17,7 @@ from kb.ingest.version import current_index_version
 from kb.models import Chunk, Document, Folder
 from kb.selectors import document_is_stale, documents_stale
 from kb.services import UploadRejected, document_delete, document_set_access, document_upload, folder_set_access
+from tests.factories import ingested_document, uploaded_document
 
 GUIDE = """# Shipments guide
 
@@ -44,17 +45,9 @@ commercial records, and legal holds suspend it for the shipments they name until
 """
 
 
-def upload(text: str | bytes, name: str = "guide.md", **kwargs: Any) -> Document:
-    data = text.encode() if isinstance(text, str) else text
-    return document_upload(name=name, stream=io.BytesIO(data), size=len(data), enqueue=False, **kwargs).document
-
-
 @pytest.fixture
 def guide(db: None) -> Document:
-    document = upload(GUIDE)
-    assert ingest(document.pk) == Document.Status.READY
-    document.refresh_from_db()
-    return document
+    return ingested_document(GUIDE)
 
 
 def test_ready_document_has_exact_chunks_and_index_stamp(guide: Document) -> None:
@@ -95,7 +88,7 @@ def test_screen_and_concept_chunks_are_told_apart(guide: Document) -> None:
 
 
 def test_document_default_audience_wins(db: None) -> None:
-    document = upload(GUIDE, audience_default="concept")
+    document = uploaded_document(GUIDE, audience_default="concept")
     ingest(document.pk)
     assert set(document.chunks.values_list("audience", flat=True)) == {"concept"}
 
@@ -111,7 +104,7 @@ def test_same_content_twice_is_a_noop(guide: Document) -> None:
 def test_new_version_replaces_chunks_and_keeps_unchanged_ids(guide: Document) -> None:
     before = {c.breadcrumb: c.stable_id for c in guide.chunks.all()}
     changed = GUIDE.replace("seven years", "ten years")
-    again = upload(changed)
+    again = uploaded_document(changed)
     assert again.pk == guide.pk and again.status == Document.Status.QUEUED
     assert Chunk.objects.filter(document=guide).count() == guide.chunk_count  # old chunks still searchable
     ingest(guide.pk)
@@ -142,7 +135,7 @@ def test_a_broken_file_fails_alone_with_its_reason(db: None, tmp_path: Path) -> 
 
 def test_mislabelled_and_oversized_uploads_are_rejected_before_storing(db: None, settings: Any) -> None:
     with pytest.raises(UploadRejected, match="scan.pdf"):
-        upload("just text, not a PDF", name="scan.pdf")
+        uploaded_document("just text, not a PDF", name="scan.pdf")
     settings.KB_MAX_UPLOAD_MB = 1
     big = io.BytesIO(b"x")
     with pytest.raises(UploadRejected, match="limit is 1 MB"):
@@ -151,7 +144,7 @@ def test_mislabelled_and_oversized_uploads_are_rejected_before_storing(db: None,
 
 
 def test_a_failed_document_can_be_retried(db: None) -> None:
-    document = upload(b"%PDF-1.4\n%%EOF garbage", name="bad.pdf")
+    document = uploaded_document(b"%PDF-1.4\n%%EOF garbage", name="bad.pdf")
     assert ingest(document.pk) == Document.Status.FAILED
     reason = Document.objects.get(pk=document.pk).failure_reason
     assert ingest(document.pk) == Document.Status.FAILED  # failed is retryable: it ran again
@@ -179,7 +172,7 @@ def test_access_changes_reach_the_chunks_without_reembedding(guide: Document, pe
 def test_folder_access_is_inherited_and_kept_in_sync(db: None, people: dict[str, Any]) -> None:
     folder = Folder.objects.create(name="finance", public=False)
     folder_set_access(folder=folder, public=False, groups=[people["groups"]["finance"]])
-    document = upload(GUIDE, folder=folder)
+    document = uploaded_document(GUIDE, folder=folder)
     ingest(document.pk)
     finance = f"g:{people['groups']['finance'].pk}"
     assert set(Chunk.objects.filter(document=document).values_list("acl", flat=True)[0]) == {finance}
@@ -223,9 +216,9 @@ def test_ingest_command_rejects_unknown_groups(db: None, tmp_path: Path) -> None
 
 def test_admin_shows_badges_and_retries_failed_documents(db: None, people: dict[str, Any], client: Client,
                                                          django_capture_on_commit_callbacks: Any) -> None:
-    good = upload(GUIDE)
+    good = uploaded_document(GUIDE)
     ingest(good.pk)
-    bad = upload(b"%PDF-1.4 broken", name="bad.pdf")
+    bad = uploaded_document(b"%PDF-1.4 broken", name="bad.pdf")
     ingest(bad.pk)
     client.force_login(people["admin"])
     page = client.get("/admin/kb/document/")
@@ -242,8 +235,8 @@ def test_admin_shows_badges_and_retries_failed_documents(db: None, people: dict[
 def test_staff_who_are_not_superusers_list_only_visible_documents(db: None, people: dict[str, Any], client: Client) -> None:
     from django.contrib.auth.models import Permission
 
-    secret = upload(GUIDE, name="hr.md", title="Salary bands", public=False, groups=[people["groups"]["hr"]])
-    upload(GUIDE.replace("guide", "notes"), name="open.md", title="Depot opening hours")
+    secret = uploaded_document(GUIDE, name="hr.md", title="Salary bands", public=False, groups=[people["groups"]["hr"]])
+    uploaded_document(GUIDE.replace("guide", "notes"), name="open.md", title="Depot opening hours")
     sam = people["sam"]
     sam.is_staff = True
     sam.save()
@@ -257,7 +250,7 @@ def test_staff_who_are_not_superusers_list_only_visible_documents(db: None, peop
 def test_a_new_model_name_makes_documents_stale_and_reindex_stale_makes_them_current(
     db: None, people: dict[str, Any], client: Client, settings: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
-    document = upload(GUIDE)
+    document = uploaded_document(GUIDE)
     ingest(document.pk)
     client.force_login(people["admin"])
     page = client.get("/admin/kb/document/").content.decode()
@@ -293,7 +286,7 @@ def test_embedding_reports_progress_as_it_goes(db: None, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(pipeline, "PROGRESS_EVERY", 1)
     monkeypatch.setattr(pipeline, "publish_document_status", record)
-    document = upload(GUIDE)
+    document = uploaded_document(GUIDE)
     assert ingest(document.pk) == Document.Status.READY
     document.refresh_from_db()
     total = document.chunk_count

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.conftest import ROOT, manage, service_env
+from tests.conftest import ROOT, SHARED_EVAL, manage, service_env
 
 DEMO = ROOT / "demo" / "eval"
-SHARED_SCORER = ROOT.parent / "shared" / "eval" / "score.py"
+SHARED_SCORER = SHARED_EVAL / "score.py"
 KS = (1, 4, 8, 20)
 
 # django_db: pytest-django creates the test database only for a session with a test that asks for it.
@@ -261,7 +261,7 @@ def test_answers_are_dumped_and_an_independent_check_reproduces_their_figures(de
     assert sum(r["answer"]["needle"] for r in records.values()) == needles
 
 
-@pytest.mark.skipif(not SHARED_SCORER.exists(), reason="../shared/eval/score.py is not on this machine")
+@pytest.mark.skipif(not SHARED_SCORER.exists(), reason=f"{SHARED_SCORER} is not on this machine (set KB_SHARED_EVAL)")
 def test_the_shared_scorer_agrees(demo_run: DemoRun) -> None:
     spec = importlib.util.spec_from_file_location("shared_score", SHARED_SCORER)
     assert spec and spec.loader

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import numpy as np
@@ -10,13 +9,12 @@ import pytest
 
 from kb.ingest import embedding
 from kb.ingest.pieces import pack, unpack
-from kb.ingest.pipeline import ingest
 from kb.models import Chunk, Document
 from kb.selectors import documents_stale
-from kb.services import document_upload
 from search import late
 from search.retrieval import WORD, SearchOptions, hybrid_search
 from search.stats import lexeme_stats_refresh
+from tests.factories import ingested_document
 
 DEPOT = "# Depot\n\n" + "".join(
     f"## Bay {n}\n\nBay {n} of the depot stores pallets for carrier {n} and opens at {n} in the morning.\n\n"
@@ -24,17 +22,12 @@ DEPOT = "# Depot\n\n" + "".join(
 ) + "## Security\n\nThe night guard checks the quartz seal on the east gate every hour.\n"
 
 
-def add(text: str, name: str) -> None:
-    data = text.encode()
-    ingest(document_upload(name=name, stream=io.BytesIO(data), size=len(data), enqueue=False).document.pk)
-
-
 def spans(query: str) -> list[tuple[int, int]]:
     return [m.span() for m in WORD.finditer(query)]
 
 
 def test_word_weights_ignore_stop_words_and_favour_rare_words(db: None) -> None:
-    add(DEPOT, "depot.md")
+    ingested_document(DEPOT, "depot.md")
     lexeme_stats_refresh()
     the, depot, quartz, zebra = late.word_weights(["the", "depot", "quartz", "zebra"])
     assert the == 0.0
@@ -53,7 +46,7 @@ def test_the_passage_with_the_questions_specific_words_scores_higher(db: None) -
 
 
 def test_only_the_top_hits_are_reordered_and_the_rest_keep_their_place(people: dict[str, Any]) -> None:
-    add(DEPOT, "depot.md")
+    ingested_document(DEPOT, "depot.md")
     query = "Who checks the quartz seal on the east gate?"
     plain = hybrid_search(user=people["carol"], query=query, options=SearchOptions(late_depth=0, threshold=1.0))
     assert all(h.late_score is None for h in plain.hits) and "late" not in plain.timings_ms
@@ -73,7 +66,7 @@ def test_only_the_top_hits_are_reordered_and_the_rest_keep_their_place(people: d
 
 
 def test_chunk_vectors_come_from_the_index_without_encoding(db: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    add(DEPOT, "depot.md")
+    ingested_document(DEPOT, "depot.md")
     chunks = list(Chunk.objects.order_by("ordinal").values_list("pk", "text"))
     encoded = embedding.token_vectors([text for _, text in chunks])
 
@@ -88,7 +81,7 @@ def test_chunk_vectors_come_from_the_index_without_encoding(db: None, monkeypatc
 
 
 def test_a_chunk_indexed_before_the_stage_is_encoded_and_its_document_is_stale(db: None) -> None:
-    add(DEPOT, "depot.md")
+    ingested_document(DEPOT, "depot.md")
     Chunk.objects.update(late_vectors=None)
     Document.objects.update(late_version=None)
     assert documents_stale().count() == 1
@@ -107,7 +100,7 @@ def test_pack_round_trip_is_a_quarter_of_float32() -> None:
 
 
 def test_depth_zero_turns_the_stage_off_everywhere(people: dict[str, Any], settings: Any) -> None:
-    add(DEPOT, "depot.md")
+    ingested_document(DEPOT, "depot.md")
     assert late.status() == "on (top 20)"
     settings.KB_SEARCH_LATE_DEPTH = 0
     assert late.status() == "off"

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kb.ingest.pipeline import ingest
-from kb.services import document_upload
 from search import rerank
 from search.retrieval import SearchOptions, hybrid_search
+from tests.factories import ingested_document
 
 TEXT = "# Depot\n\n" + "".join(
     f"## Bay {n}\n\nBay {n} of the Oslo depot stores pallets for carrier {n} and opens at {n} in the morning.\n\n"
@@ -36,9 +34,7 @@ def cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_reranker_orders_the_gated_hits_and_applies_the_floor(
     people: dict[str, Any], settings: Any, cross_encoder_dir: Path
 ) -> None:
-    data = TEXT.encode()
-    document = document_upload(name="bays.md", stream=io.BytesIO(data), size=len(data), enqueue=False).document
-    ingest(document.pk)
+    ingested_document(TEXT, "bays.md")
     query = "When does bay 3 of the Oslo depot open?"
     assert hybrid_search(user=people["carol"], query=query).hits[0].rerank_score is None  # off by default
 

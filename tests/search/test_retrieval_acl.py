@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import re
 from typing import Any
 
@@ -12,10 +11,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from accounts.tokens import token_create
-from kb.ingest.pipeline import ingest
 from kb.models import Document, Folder
-from kb.services import document_set_access, document_upload, folder_set_access
+from kb.services import document_set_access, folder_set_access
 from search.retrieval import SearchOptions, hybrid_search, identifiers
+from tests.factories import ingested_document
 
 SECRET = (
     "# Vault rotation\n\n## Procedure\n\n"
@@ -30,20 +29,13 @@ PUBLIC = (
 QUOTE = "The vault rotation code for the Oslo depot is ZX-4412-QUARTZ and it changes every ninety days."
 
 
-def add(text: str, name: str, **access: Any) -> Document:
-    data = text.encode()
-    document = document_upload(name=name, stream=io.BytesIO(data), size=len(data), enqueue=False, **access).document
-    assert ingest(document.pk) == Document.Status.READY
-    return document
-
-
 @pytest.fixture
 def corpus(people: dict[str, Any]) -> dict[str, Document]:
     hr = people["groups"]["hr"]
     return {
-        "secret": add(SECRET, "vault.md", public=False, groups=[people["groups"]["engineering"]]),
-        "public": add(PUBLIC, "hours.md"),
-        "hr": add(SECRET.replace("vault", "payroll"), "payroll.md", public=False, groups=[hr]),
+        "secret": ingested_document(SECRET, "vault.md", public=False, groups=[people["groups"]["engineering"]]),
+        "public": ingested_document(PUBLIC, "hours.md"),
+        "hr": ingested_document(SECRET.replace("vault", "payroll"), "payroll.md", public=False, groups=[hr]),
     }
 
 
@@ -82,7 +74,7 @@ def test_a_document_made_restricted_after_indexing_disappears(corpus: dict[str, 
 
 def test_a_folder_made_restricted_hides_its_documents(people: dict[str, Any]) -> None:
     folder = Folder.objects.create(name="depots")
-    document = add(PUBLIC, "hours.md", folder=folder)
+    document = ingested_document(PUBLIC, "hours.md", folder=folder)
     assert document.pk in seen(people["carol"], "Oslo depot opening hours")
     folder_set_access(folder=folder, public=False, groups=[people["groups"]["hr"]])
     assert document.pk not in seen(people["carol"], "Oslo depot opening hours")
@@ -90,7 +82,7 @@ def test_a_folder_made_restricted_hides_its_documents(people: dict[str, Any]) ->
 
 
 def test_a_per_user_grant_reaches_only_that_user(people: dict[str, Any]) -> None:
-    document = add(SECRET, "grant.md", public=False, users=[people["carol"]])
+    document = ingested_document(SECRET, "grant.md", public=False, users=[people["carol"]])
     assert document.pk in seen(people["carol"])
     assert document.pk not in seen(people["alice"])
     assert document.pk not in seen(people["bob"])

@@ -3,7 +3,6 @@ Chromium driven through the pip `playwright` package, documents built by the rea
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import OUTPUT, ROOT, service_env, stop_process
+from tests.factories import ingested_document
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -37,19 +37,6 @@ window.addEventListener("error", function (e) { window.__kb.errors.push(String(e
 # --------------------------------------------------------------------------- documents
 
 
-def make_document(text: str | bytes, name: str, **kwargs: Any) -> Any:
-    """Upload through the service and index with the real pipeline, in this process."""
-    from kb.ingest.pipeline import ingest
-    from kb.models import Document
-    from kb.services import document_upload
-
-    data = text.encode() if isinstance(text, str) else text
-    document = document_upload(name=name, stream=io.BytesIO(data), size=len(data), enqueue=False, **kwargs).document
-    assert ingest(document.pk) == Document.Status.READY, Document.objects.get(pk=document.pk).failure_reason
-    document.refresh_from_db()
-    return document
-
-
 @pytest.fixture
 def library_docs(people: dict[str, Any]) -> dict[str, Any]:
     """A public folder and a finance-only folder, one ready document in each."""
@@ -60,11 +47,11 @@ def library_docs(people: dict[str, Any]) -> dict[str, Any]:
     finance = Folder.objects.create(name="finance")
     folder_set_access(folder=everyone, public=True)
     folder_set_access(folder=finance, public=False, groups=[people["groups"]["finance"]])
-    public = make_document(
+    public = ingested_document(
         "# Office guide\n\n## Opening hours\n\nThe office opens at 8 and closes at 18 on weekdays.\n",
         "office-guide.md", folder=everyone,
     )
-    secret = make_document(
+    secret = ingested_document(
         "# Payroll secrets\n\n## Bonus pool\n\nThe confidential bonus pool for this year is 4.2 million.\n",
         "payroll-secrets.md", folder=finance,
     )

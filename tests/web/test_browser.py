@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
-from tests.web.conftest import assert_clean, assert_fits_width, assert_labelled, make_document, screenshot
+from tests.factories import ingested_document
+from tests.web.conftest import assert_clean, assert_fits_width, assert_labelled, screenshot
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -156,7 +157,7 @@ def test_carol_cannot_see_restricted_documents(open_page: Any, people: dict[str,
 
 
 def test_the_viewer_highlights_the_exact_passage_in_view(open_page: Any, people: dict[str, Any]) -> None:
-    document = make_document(LONG_GUIDE, "dispatch-console-guide.md")
+    document = ingested_document(LONG_GUIDE, "dispatch-console-guide.md")
     chunk = document.chunks.get(content__contains="ZX-4412-QUARTZ")
     assert chunk.content == document.canonical_text[chunk.start : chunk.end]
 
@@ -192,7 +193,7 @@ def test_the_viewer_highlights_the_exact_passage_in_view(open_page: Any, people:
 
 def test_a_pdf_passage_links_to_its_page_of_the_original(open_page: Any, people: dict[str, Any]) -> None:
     pdf = ROOT / "demo" / "corpus" / "everyone" / "handbook-welcome-and-workplace.pdf"
-    document = make_document(Path(pdf).read_bytes(), pdf.name)
+    document = ingested_document(Path(pdf).read_bytes(), pdf.name)
     assert len(document.pages) >= 2
     chunk = document.chunks.filter(page__gte=2).order_by("ordinal").first()
     page = open_page(people["carol"])
@@ -234,8 +235,8 @@ def test_a_passage_across_a_page_break_is_highlighted_on_both_pages(open_page: A
 
 
 def test_hostile_documents_render_inert(open_page: Any, people: dict[str, Any]) -> None:
-    markdown = make_document(HOSTILE_MD, "release-notes.md")
-    html = make_document(HOSTILE_HTML, "hostile.html")
+    markdown = ingested_document(HOSTILE_MD, "release-notes.md")
+    html = ingested_document(HOSTILE_HTML, "hostile.html")
     page = open_page(people["carol"])
     for document in (markdown, html):
         page.goto(f"/documents/{document.pk}/")

@@ -14,7 +14,8 @@ import pytest
 from chat.api import PREVIEW_CHARS
 from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS, VAULT, VAULT_QUESTION
 from tests.conftest import start_worker, stop_process
-from tests.web.conftest import assert_clean, assert_fits_width, assert_labelled, make_document, screenshot
+from tests.factories import ingested_document
+from tests.web.conftest import assert_clean, assert_fits_width, assert_labelled, screenshot
 from tests.web.test_browser import HOSTILE_MD, PHONE, first_mark_in_view, text_of_marks
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -60,7 +61,7 @@ def test_alice_sees_the_answer_stream_and_opens_the_cited_passage(
 ) -> None:
     from chat.models import Citation
 
-    document = make_document(SHIPMENTS, "shipments.md", public=False, groups=[people["groups"]["engineering"]])
+    document = ingested_document(SHIPMENTS, "shipments.md", public=False, groups=[people["groups"]["engineering"]])
     page = open_page(people["alice"])
     page.goto("/")
     ask_in_page(page, EXPORT_QUESTION)
@@ -114,8 +115,8 @@ def test_alice_sees_the_answer_stream_and_opens_the_cited_passage(
 def test_carol_never_gets_a_restricted_document_cited(open_page: Any, people: dict[str, Any], paced_worker: Any) -> None:
     from chat.models import Citation
 
-    vault = make_document(VAULT, "vault.md", public=False, groups=[people["groups"]["engineering"]])
-    make_document(SHIPMENTS, "shipments.md")
+    vault = ingested_document(VAULT, "vault.md", public=False, groups=[people["groups"]["engineering"]])
+    ingested_document(SHIPMENTS, "shipments.md")
     page = open_page(people["carol"])
     page.goto("/")
     ask_in_page(page, VAULT_QUESTION)
@@ -135,7 +136,7 @@ def test_carol_never_gets_a_restricted_document_cited(open_page: Any, people: di
 
 
 def test_a_hostile_document_is_inert_in_answers_and_previews(open_page: Any, people: dict[str, Any]) -> None:
-    make_document(HOSTILE_DOC, "release-notes.md")
+    ingested_document(HOSTILE_DOC, "release-notes.md")
     answer = answered(people["carol"], HOSTILE_QUESTION)
     assert answer.status == "done", (answer.status, answer.refusal_reason, answer.error)
 
@@ -175,7 +176,7 @@ def test_a_hostile_document_is_inert_in_answers_and_previews(open_page: Any, peo
 
 
 def test_the_ask_page_with_an_answer_at_phone_width(open_page: Any, people: dict[str, Any]) -> None:
-    make_document(SHIPMENTS, "shipments.md")
+    ingested_document(SHIPMENTS, "shipments.md")
     answer = answered(people["alice"], EXPORT_QUESTION)
     assert answer.status == "done"
     page = open_page(people["alice"], **PHONE)
@@ -203,7 +204,7 @@ def test_the_ask_page_with_an_answer_at_phone_width(open_page: Any, people: dict
 def test_sam_flags_a_citation_and_finds_it_under_flagged(open_page: Any, people: dict[str, Any]) -> None:
     from chat.models import Feedback
 
-    make_document(SHIPMENTS, "shipments.md")
+    ingested_document(SHIPMENTS, "shipments.md")
     answer = answered(people["alice"], EXPORT_QUESTION)
     citation = answer.citations.get(number=1)
 

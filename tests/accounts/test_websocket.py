@@ -1,3 +1,5 @@
+"""accounts.websocket.accept_user, the gate of every websocket, through the library socket."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -27,20 +29,21 @@ async def _session_cookie(user: Any) -> str:
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_a_logged_in_user_is_greeted(people: dict[str, Any]) -> None:
+async def test_a_logged_in_user_stays_connected(people: dict[str, Any]) -> None:
     cookie = await _session_cookie(people["alice"])
     communicator = WebsocketCommunicator(
-        application, "/ws/hello/", headers=[(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://localhost")]
+        application, "/ws/library/", headers=[(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://localhost")]
     )
     connected, _ = await communicator.connect()
     assert connected
-    assert await communicator.receive_json_from() == {"type": "hello", "user": "alice"}
+    await communicator.send_json_to({"type": "watch", "ids": []})
+    assert await communicator.receive_nothing(timeout=0.5)  # not closed: an anonymous socket is (below)
     await communicator.disconnect()
 
 
 @pytest.mark.django_db(transaction=True)
 async def test_an_anonymous_user_is_closed_with_4401() -> None:
-    communicator = WebsocketCommunicator(application, "/ws/hello/", headers=[(b"origin", b"http://localhost")])
+    communicator = WebsocketCommunicator(application, "/ws/library/", headers=[(b"origin", b"http://localhost")])
     connected, _ = await communicator.connect()
     assert connected
     closed = await communicator.receive_output()
@@ -52,7 +55,7 @@ async def test_an_anonymous_user_is_closed_with_4401() -> None:
 async def test_a_foreign_origin_is_refused(people: dict[str, Any]) -> None:
     cookie = await _session_cookie(people["alice"])
     communicator = WebsocketCommunicator(
-        application, "/ws/hello/", headers=[(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://evil.example")]
+        application, "/ws/library/", headers=[(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://evil.example")]
     )
     connected, _ = await communicator.connect()
     assert not connected
