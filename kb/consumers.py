@@ -1,7 +1,7 @@
 """Live pipeline status for the library page: `/ws/library/`.
 
 The worker announces "document N changed" on one channel-layer group
-(`publish_document_status`); each connected page looks the document up *as its own
+(`kb.events.publish_document_status`); each connected page looks the document up *as its own
 user* (kb.selectors.document_status_rows, which starts from accounts.acl) and sends it
 only if that user may follow it. Announcements carry no document data, so nothing
 reaches a page through the group that its user could not read.
@@ -17,38 +17,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, TypedDict
+from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 
 from accounts.websocket import UserConsumer
+from kb.events import GROUP, DocumentStatusEvent
 from kb.selectors import TERMINAL_STATUSES, document_status_rows
 
 log = logging.getLogger(__name__)
 
-GROUP = "kb.documents"
 POLL_SECONDS = 1.0
 MAX_WATCHED = 1000
-
-
-class DocumentStatusEvent(TypedDict):
-    type: str  # "document.status" -> DocumentStatusConsumer.document_status
-    id: int
-
-
-def publish_document_status(document_id: int) -> None:
-    """Tell open library pages that a document's status changed. Never raises: a channel
-    layer hiccup must not fail an ingestion (pages also poll what they watch)."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    event: DocumentStatusEvent = {"type": "document.status", "id": int(document_id)}
-    try:
-        async_to_sync(layer.group_send)(GROUP, dict(event))
-    except Exception:  # Redis down, channel full: the page's poll catches up
-        log.warning("could not publish the status of document %s", document_id, exc_info=True)
 
 
 class DocumentStatusConsumer(UserConsumer):

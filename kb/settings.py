@@ -33,14 +33,15 @@ EMBEDDED_SERVICES = not (os.environ.get("DATABASE_URL") and os.environ.get("REDI
 if (partial := embedded.partial_configuration()) and not DEBUG:
     raise ImproperlyConfigured(partial)
 # Static tools (mypy's Django plugin under `make lint`) load these settings without starting any server.
-if env_bool("KB_SETTINGS_ONLY", False):
+SETTINGS_ONLY = env_bool("KB_SETTINGS_ONLY", False)
+if SETTINGS_ONLY:
     DATABASE_URL, REDIS_URL = "postgresql://localhost/kb", "redis://localhost:6379/0"
 else:
     DATABASE_URL, REDIS_URL = embedded.ensure_services()
 
 SECRET_KEY = env_secret("SECRET_KEY")
 if not SECRET_KEY:
-    if not (DEBUG or EMBEDDED_SERVICES):
+    if not (DEBUG or EMBEDDED_SERVICES or SETTINGS_ONLY):
         raise ImproperlyConfigured(
             "SECRET_KEY is not set. Set SECRET_KEY (or SECRET_KEY_FILE) to a long random string; "
             "only a DEBUG or embedded-services install may run without one."

@@ -11,10 +11,10 @@ from django.conf import settings
 @shared_task(name="kb.ingest_document", acks_late=True, soft_time_limit=settings.KB_INGEST_TIME_LIMIT,
              time_limit=settings.KB_INGEST_TIME_LIMIT + 60)
 def ingest_document(document_id: int) -> str:
+    from kb.events import document_indexed
     from kb.ingest.pipeline import ingest
-    from search.stats import lexeme_stats_schedule
 
     status = ingest(document_id)
     if status == "ready":
-        lexeme_stats_schedule()  # in-process (--sync) ingestion refreshes the statistics itself
+        document_indexed.send(sender=ingest_document, document_ids=[document_id], sync=False)
     return status

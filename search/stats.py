@@ -18,6 +18,14 @@ def lexeme_stats_refresh() -> None:
         cursor.execute("REFRESH MATERIALIZED VIEW CONCURRENTLY search_lexeme_stats")
 
 
+def on_document_indexed(sender: object, *, sync: bool, **kwargs: object) -> None:
+    """kb.events.document_indexed: a waiting caller gets fresh statistics now, workers a debounced refresh."""
+    if sync:
+        lexeme_stats_refresh()
+    else:
+        lexeme_stats_schedule()
+
+
 def lexeme_stats_schedule() -> None:
     """Refresh soon, once for a burst of indexed documents."""
     import redis

@@ -11,6 +11,7 @@ from typing import Any
 from django.contrib.auth.models import Group, User
 from django.db.models import Q
 
+from kb.events import document_indexed
 from kb.ingest.pipeline import abandoned, ingest
 from kb.models import Document, Folder
 from kb.services import UploadRejected, document_queue_ingest, document_upload
@@ -115,9 +116,7 @@ def ingest_paths(
         progress(name)
     _collect(summary, queued, wait_seconds=0 if sync else wait_seconds)
     if sync and queued:
-        from search.stats import lexeme_stats_refresh
-
-        lexeme_stats_refresh()
+        document_indexed.send(sender=ingest_paths, document_ids=list(queued), sync=True)
     return summary
 
 

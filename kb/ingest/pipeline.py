@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from kb.consumers import publish_document_status
+from kb.events import publish_document_status
 from kb.ingest import chunking, classify, embedding, extract, indexing
 from kb.ingest.tokens import counting_time
 from kb.models import Document, filename_title

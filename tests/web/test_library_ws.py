@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from accounts.websocket import CLOSE_UNAUTHENTICATED
 from kb.asgi import application
-from kb.consumers import publish_document_status
+from kb.events import publish_document_status
 from kb.models import Document
 
 
