@@ -4,16 +4,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI, Schema
 
 from accounts.api import api_auth
+from chat import services as chat_services
 
 api = NinjaAPI(title="Knowledge base API", version="1", auth=api_auth(), urls_namespace="api")
 api.add_router("/search", "search.api.router")
 api.add_router("/", "chat.api.router")
 api.add_router("/documents", "kb.documents_api.documents")
 api.add_router("/folders", "kb.documents_api.folders")
+
+
+# Domain errors become HTTP here, once, for every router (a handler matches the nearest class).
+@api.exception_handler(chat_services.NotFound)
+def _not_found(request: HttpRequest, exc: Exception) -> HttpResponse:
+    return api.create_response(request, {"detail": str(exc)}, status=404)
+
+
+@api.exception_handler(chat_services.TooManyQuestions)
+def _too_many(request: HttpRequest, exc: Exception) -> HttpResponse:
+    return api.create_response(request, {"detail": str(exc)}, status=429)
+
+
+@api.exception_handler(chat_services.ChatError)
+def _rejected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    return api.create_response(request, {"detail": str(exc)}, status=422)
 
 
 class MeOut(Schema):

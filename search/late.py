@@ -23,6 +23,7 @@ from django.db import connection
 from kb.ingest import embedding
 from kb.ingest.pieces import unpack
 from kb.models import Chunk
+from search.stats import idf_sql
 
 
 def status() -> str:
@@ -36,8 +37,8 @@ def word_weights(words: Sequence[str]) -> list[float]:
         return []
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            SELECT i, max(ln(1 + (n.total - coalesce(s.ndoc, 0) + 0.5) / (coalesce(s.ndoc, 0) + 0.5)))
+            f"""
+            SELECT i, max({idf_sql(ndoc="coalesce(s.ndoc, 0)", total="n.total")})
             FROM unnest(%s::text[]) WITH ORDINALITY AS q(word, i)
             CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector('english', q.word))) AS l(lexeme)
             LEFT JOIN search_lexeme_stats s ON s.word = l.lexeme

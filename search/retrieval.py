@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import reduce
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from django.conf import settings
@@ -31,6 +31,7 @@ from kb.ingest import embedding
 from kb.ingest.classify import CONCEPT, SCREEN, classify_query
 from kb.models import Chunk, passage_link
 from search import late, rerank
+from search.stats import idf_sql
 
 WORD = re.compile(r"[A-Za-z0-9][\w'’.-]*[A-Za-z0-9]|[A-Za-z0-9]")
 IDENTIFIER = re.compile(r"-{1,2}[A-Za-z][\w-]+|[A-Za-z0-9_][\w.:/-]*[\w]")
@@ -64,6 +65,34 @@ class SearchOptions:
     late_weight: float = field(default_factory=lambda: settings.KB_SEARCH_LATE_WEIGHT)
     rerank: bool = True
     rerank_floor: float = field(default_factory=lambda: settings.KB_RERANK_FLOOR)
+
+
+class CandidateRow(NamedTuple):
+    """One row of the candidate query, in its SELECT order."""
+
+    chunk_id: int
+    document_id: int
+    document_title: str
+    mime_type: str
+    embedding_model: str
+    ordinal: int
+    breadcrumb: str
+    content: str
+    text: str
+    start: int
+    end: int
+    page: int | None
+    kind: str
+    audience: str
+    part: int | None
+    parts: int | None
+    split_group: str
+    distance: float
+    rrf: float
+    dense_rank: int | None
+    lexical_rank: int | None
+    ident_rank: int | None
+    vector: bytes | memoryview
 
 
 @dataclass(frozen=True)
@@ -194,9 +223,9 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
     else:
         ident_sql = empty
     # A lexeme the statistics do not know yet counts as rare.
-    picked_sql = """
+    picked_sql = f"""
         SELECT w.word, to_tsquery('simple', quote_literal(w.word)) AS q,
-               ln(1 + (coalesce(n.total, 1) - coalesce(s.ndoc, 0) + 0.5) / (coalesce(s.ndoc, 0) + 0.5)) AS idf,
+               {idf_sql(ndoc="coalesce(s.ndoc, 0)", total="coalesce(n.total, 1)")} AS idf,
                coalesce(s.ndoc, 0)::float / greatest(coalesce(n.total, 1), 1) AS share, coalesce(s.ndoc, 0) AS ndoc
         FROM unnest(tsvector_to_array(to_tsvector('english', %(lexical)s))) AS w(word)
         LEFT JOIN search_lexeme_stats s ON s.word = w.word
@@ -257,16 +286,16 @@ def _candidate_query(*, principals: list[str], query: str, vector: np.ndarray,
     return _candidate_sql(dense=options.dense, lexical=bool(lexical), idents=len(idents)), params
 
 
-def _candidates(*, principals: list[str], query: str, vector: np.ndarray, options: SearchOptions) -> list[tuple[Any, ...]]:
+def _candidates(*, principals: list[str], query: str, vector: np.ndarray, options: SearchOptions) -> list[CandidateRow]:
     sql, params = _candidate_query(principals=principals, query=query, vector=vector, options=options)
     if options.ef_search == settings.KB_SEARCH_EF_SEARCH:  # set per connection (settings.DATABASES)
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return list(cursor.fetchall())
+            return [CandidateRow(*row) for row in cursor.fetchall()]
     with transaction.atomic(), connection.cursor() as cursor:  # SET LOCAL: never leaks to the next request
         cursor.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(options.ef_search)])
         cursor.execute(sql, params)
-        return list(cursor.fetchall())
+        return [CandidateRow(*row) for row in cursor.fetchall()]
 
 
 def _vector(sent: bytes | memoryview) -> np.ndarray:
@@ -326,7 +355,7 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     timings["sql"] = (time.perf_counter() - started) * 1000 - timings["embed"]
 
     model = settings.KB_EMBEDDING_MODEL
-    foreign = {row[4] for row in rows if row[4] != model}
+    foreign = {row.embedding_model for row in rows if row.embedding_model != model}
     if foreign:
         # Vectors from another model are not comparable with this query's: leave them out and say so.
         result.warnings.append(
@@ -340,16 +369,16 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     texts: dict[int, str] = {}
     hits: list[Hit] = []
     for row in rows:
-        if row[4] != model:
+        if row.embedding_model != model:
             continue
-        (cid, did, title, mime, _, ordinal, crumb, content, text, start, end, page, kind, audience, part, parts, group,
-         distance, rrf, dense_rank, lexical_rank, ident_rank, vec) = row
-        vectors[cid] = _vector(vec)
-        texts[cid] = text
-        score = float(rrf) * (1 + boost if audience == preferred else 1)
-        ranks = {k: int(v) for k, v in (("dense", dense_rank), ("lexical", lexical_rank), ("ident", ident_rank)) if v}
-        hits.append(Hit(cid, did, title, mime, ordinal, crumb, content, start, end, page, kind, audience, part,
-                        parts, group, float(distance), score, ranks))
+        vectors[row.chunk_id] = _vector(row.vector)
+        texts[row.chunk_id] = row.text
+        score = float(row.rrf) * (1 + boost if row.audience == preferred else 1)
+        ranks = {k: int(v) for k, v in (("dense", row.dense_rank), ("lexical", row.lexical_rank),
+                                         ("ident", row.ident_rank)) if v}
+        hits.append(Hit(row.chunk_id, row.document_id, row.document_title, row.mime_type, row.ordinal, row.breadcrumb,
+                        row.content, row.start, row.end, row.page, row.kind, row.audience, row.part, row.parts,
+                        row.split_group, float(row.distance), score, ranks))
     hits.sort(key=lambda h: (-h.score, h.distance, h.chunk_id))
     result.nearest_distance = min((h.distance for h in hits), default=None)
 

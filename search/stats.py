@@ -11,6 +11,12 @@ from django.db import connection, transaction
 REFRESH_DEBOUNCE_SECONDS = 10
 
 
+def idf_sql(*, ndoc: str, total: str) -> str:
+    """BM25's inverse document frequency, ln(1 + (N - n + 0.5) / (n + 0.5)), as an SQL expression over
+    a lexeme's chunk count `ndoc` and the chunk total `total` (both SQL expressions themselves)."""
+    return f"ln(1 + ({total} - {ndoc} + 0.5) / ({ndoc} + 0.5))"
+
+
 def lexeme_stats_refresh() -> None:
     with connection.cursor() as cursor:
         # CONCURRENTLY keeps searches reading the old statistics while new ones are built;
