@@ -18,7 +18,7 @@ from django.db.models.functions import Substr
 from accounts.acl import visible_documents
 from chat.backends import Backend, BackendError, get_backend
 from chat.citations import CitationFilter, render_html
-from chat.events import CitationPayload, Timings
+from chat.events import Timings, citation_from_source
 from chat.prompts import Source, build_prompt
 from chat.support import unsupported_claims
 from kb.models import Document
@@ -63,23 +63,6 @@ def _canonical_slice(document_id: int, start: int, end: int) -> str:
         .first()
     )
     return text or ""
-
-
-def citation_payload(source: Source) -> CitationPayload:
-    return {
-        "number": source.number,
-        "chunk_id": source.chunk_id,
-        "document_id": source.document_id,
-        "document_title": source.document_title,
-        "label": source.label,
-        "link": source.link,
-        "quote": source.text,
-        "start": source.start,
-        "end": source.end,
-        "page": source.page,
-        "parts": source.parts,
-        "distance": round(source.distance, 4),
-    }
 
 
 def refusal_text(result: SearchResult) -> str:
@@ -169,7 +152,7 @@ def answer_events(
         return
     by_number = {s.number: s for s in sources}
     cited = [by_number[n] for n in sorted(stream.cited)]
-    yield {"type": "citations", "citations": [citation_payload(s) for s in cited]}
+    yield {"type": "citations", "citations": [citation_from_source(s) for s in cited]}
     unsupported = unsupported_claims(stream.text, {s.number: s.text for s in cited})
     timings["total_ms"] = _elapsed(started)
     yield {

@@ -16,12 +16,16 @@ import logging
 import os
 import threading
 from collections.abc import Coroutine
-from typing import Any, Final, Literal, NotRequired
+from typing import TYPE_CHECKING, Any, Final, Literal, NotRequired
 
 from channels.layers import get_channel_layer
 
 # pydantic (the API's schemas) reads typing_extensions' TypedDict on Python 3.11, not typing's.
 from typing_extensions import TypedDict
+
+if TYPE_CHECKING:
+    from chat.models import Citation
+    from chat.prompts import Source
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,42 @@ class CitationPayload(TypedDict):
     page: int | None
     parts: int
     distance: float
+
+
+def citation_from_source(source: Source) -> CitationPayload:
+    """A citation as the answer stream sends it, from the source the answer cites."""
+    return {
+        "number": source.number,
+        "chunk_id": source.chunk_id,
+        "document_id": source.document_id,
+        "document_title": source.document_title,
+        "label": source.label,
+        "link": source.link,
+        "quote": source.text,
+        "start": source.start,
+        "end": source.end,
+        "page": source.page,
+        "parts": source.parts,
+        "distance": round(source.distance, 4),
+    }
+
+
+def citation_from_stored(citation: Citation) -> CitationPayload:
+    """The same payload from a stored citation (replay, the REST API, the page)."""
+    return {
+        "number": citation.number,
+        "chunk_id": citation.chunk_id,
+        "document_id": citation.document_id or 0,
+        "document_title": citation.document_title,
+        "label": citation.label,
+        "link": citation.link,
+        "quote": citation.quote,
+        "start": citation.start,
+        "end": citation.end,
+        "page": citation.page,
+        "parts": citation.parts,
+        "distance": citation.distance,
+    }
 
 
 class Timings(TypedDict):
@@ -89,6 +129,7 @@ class DoneEvent(TypedDict):
     model: str
     notice: str
     timings: Timings
+    withheld: NotRequired[bool]  # set once stored: True when this reader may not see a cited document
 
 
 class RefusedEvent(TypedDict):

@@ -17,7 +17,7 @@ from django.db.models import Exists, OuterRef, Prefetch, QuerySet
 from accounts.acl import is_active_user, visible_documents
 from chat import conf
 from chat.citations import render_html
-from chat.events import CitationPayload, Timings
+from chat.events import CitationPayload, Timings, citation_from_stored
 from chat.models import Citation, Conversation, Feedback, Message
 
 WITHHELD = "This answer is hidden because it draws on a document you cannot read (any more)."
@@ -69,23 +69,6 @@ class MessageView:
         return {"retrieval_ms": m.retrieval_ms, "first_token_ms": m.first_token_ms, "total_ms": m.total_ms}
 
 
-def citation_payload(citation: Citation) -> CitationPayload:
-    return {
-        "number": citation.number,
-        "chunk_id": citation.chunk_id,
-        "document_id": citation.document_id or 0,
-        "document_title": citation.document_title,
-        "label": citation.label,
-        "link": citation.link,
-        "quote": citation.quote,
-        "start": citation.start,
-        "end": citation.end,
-        "page": citation.page,
-        "parts": citation.parts,
-        "distance": citation.distance,
-    }
-
-
 def message_sources(message: Message) -> set[int]:
     """Every document the message drew on: those handed to the generator and those it cited
     (citations prefetched; a cited document whose row is gone counts as unreadable)."""
@@ -122,10 +105,10 @@ def message_views(messages: Sequence[Message], *, viewer: Any) -> list[MessageVi
             (shown if citation.document_id in readable else hidden).append(citation)
         if hidden or not message_sources(message) <= readable:
             views.append(MessageView(message, WITHHELD, f"<p>{WITHHELD}</p>", True,
-                                     [citation_payload(c) for c in shown], [c.number for c in hidden]))
+                                     [citation_from_stored(c) for c in shown], [c.number for c in hidden]))
             continue
         html = render_html(message.text, {c.number: c for c in shown}) if message.role == Message.Role.ASSISTANT else ""
-        views.append(MessageView(message, message.text, html, False, [citation_payload(c) for c in shown]))
+        views.append(MessageView(message, message.text, html, False, [citation_from_stored(c) for c in shown]))
     return views
 
 
