@@ -13,7 +13,8 @@ from chat.models import Message
 from chat.services import answer_produce, question_ask
 from kb.models import Document, Folder
 from kb.services import folder_set_access
-from tests.chat.conftest import VAULT, VAULT_QUESTION, add_document
+from tests.chat.conftest import VAULT, VAULT_QUESTION
+from tests.factories import ingested_document
 
 SECRET = "ZX-4412-QUARTZ"
 MODELS = ("document", "chunk", "folder", "conversation", "message", "citation", "feedback", "apitoken")
@@ -35,7 +36,7 @@ def hidden(people: dict[str, Any]) -> dict[str, Any]:
     engineering = people["groups"]["engineering"]
     folder = Folder.objects.create(name="Vault procedures 7781")
     folder_set_access(folder=folder, public=False, groups=[engineering])
-    document = add_document(VAULT, "vault-7781.md", folder=folder)
+    document = ingested_document(VAULT, "vault-7781.md", folder=folder)
     asked = question_ask(user=people["dave"], question=VAULT_QUESTION, enqueue=False)
     answer_produce(message_id=asked.answer.pk)
     answer = Message.objects.get(pk=asked.answer.pk)
@@ -69,7 +70,7 @@ def test_a_token_cannot_be_moved_to_another_user(staff: Client, people: dict[str
 
 
 def test_the_document_file_cannot_be_swapped_in_the_admin(staff: Client, people: dict[str, Any]) -> None:
-    document = add_document("# Office\n\n## Hours\n\nThe office opens at eight.\n", "office.md")
+    document = ingested_document("# Office\n\n## Hours\n\nThe office opens at eight.\n", "office.md")
     page = staff.get(f"/admin/kb/document/{document.pk}/change/").content.decode()
     assert 'name="file"' not in page
     assert Document.objects.get(pk=document.pk).filename == "office.md"

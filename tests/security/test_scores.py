@@ -9,11 +9,12 @@ from typing import Any
 from django.core.management import call_command
 from django.test import Client
 
-from tests.chat.conftest import SHIPMENTS, add_document
+from tests.chat.conftest import SHIPMENTS
+from tests.factories import ingested_document
 
 
 def test_search_hides_scores_computed_from_statistics_over_unreadable_chunks(people: dict[str, Any]) -> None:
-    add_document(SHIPMENTS, "shipments.md")
+    ingested_document(SHIPMENTS, "shipments.md")
     for name, raw in (("carol", False), ("admin", True)):
         client = Client()
         client.force_login(people[name])

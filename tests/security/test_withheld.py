@@ -10,8 +10,9 @@ from django.test import Client
 from chat.models import Message
 from chat.selectors import conversation_replay
 from chat.services import answer_produce, question_ask
-from tests.chat.conftest import VAULT, VAULT_QUESTION, add_document
+from tests.chat.conftest import VAULT, VAULT_QUESTION
 from tests.chat.openai_stub import StubOpenAI
+from tests.factories import ingested_document
 
 SECRET = "ZX-4412-QUARTZ"
 
@@ -19,7 +20,7 @@ SECRET = "ZX-4412-QUARTZ"
 def test_a_failed_answer_without_citations_is_withheld_from_readers_who_cannot_read_its_sources(
     people: dict[str, Any], settings: Any
 ) -> None:
-    vault = add_document(VAULT, "vault.md", public=False, groups=[people["groups"]["engineering"]])
+    vault = ingested_document(VAULT, "vault.md", public=False, groups=[people["groups"]["engineering"]])
     alice = people["alice"]
     # The model copies the code from its source without writing [1], then the server dies.
     with StubOpenAI(["The code is " + SECRET + " today", " and", " never", " more"], mode="die") as stub:

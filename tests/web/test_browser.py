@@ -224,7 +224,7 @@ def test_a_pdf_passage_links_to_its_page_of_the_original(open_page: Any, people:
 def test_a_passage_across_a_page_break_is_highlighted_on_both_pages(open_page: Any, people: dict[str, Any]) -> None:
     from tests.kb.test_pdf_pages import ANSWER, answer_across_a_page_break
 
-    document = make_document(answer_across_a_page_break(), "handbook.pdf")
+    document = ingested_document(answer_across_a_page_break(), "handbook.pdf")
     chunk = next(c for c in document.chunks.order_by("ordinal") if ANSWER in " ".join(c.content.split()))
     page = open_page(people["carol"])
     page.goto(f"/documents/{document.pk}/#char={chunk.start},{chunk.end}&page={chunk.page}")
