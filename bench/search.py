@@ -232,7 +232,7 @@ def measure_late(options: SearchOptions, principals: list[str], questions: list[
         times = []
         for q, rows, p in zip(questions, heads, pieces, strict=True):
             started = time.perf_counter()
-            late.scores(q, p, [m.span() for m in WORD.finditer(q)], late.chunk_vectors([(row.chunk_id, row.text) for row in rows]))
+            late.scores(q, p, [m.span() for m in WORD.finditer(q)], late.chunk_vectors([(row["chunk_id"], row["text"]) for row in rows]))
             times.append((time.perf_counter() - started) * 1000)
         return times
 

@@ -17,9 +17,9 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import reduce
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 from django.conf import settings
@@ -65,34 +65,6 @@ class SearchOptions:
     late_weight: float = field(default_factory=lambda: settings.KB_SEARCH_LATE_WEIGHT)
     rerank: bool = True
     rerank_floor: float = field(default_factory=lambda: settings.KB_RERANK_FLOOR)
-
-
-class CandidateRow(NamedTuple):
-    """One row of the candidate query, in its SELECT order."""
-
-    chunk_id: int
-    document_id: int
-    document_title: str
-    mime_type: str
-    embedding_model: str
-    ordinal: int
-    breadcrumb: str
-    content: str
-    text: str
-    start: int
-    end: int
-    page: int | None
-    kind: str
-    audience: str
-    part: int | None
-    parts: int | None
-    split_group: str
-    distance: float
-    rrf: float
-    dense_rank: int | None
-    lexical_rank: int | None
-    ident_rank: int | None
-    vector: bytes | memoryview
 
 
 @dataclass(frozen=True)
@@ -254,10 +226,10 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
                min(r) FILTER (WHERE source = 'ident') AS ident_rank
         FROM ranked GROUP BY id
     )
-    SELECT c.id, c.document_id, d.title, d.mime_type, d.embedding_model, c.ordinal, c.breadcrumb, c.content, c.text,
-           c.start, c."end", c.page, c.kind, c.audience, c.part, c.parts, c.split_group,
+    SELECT c.id AS chunk_id, c.document_id, d.title AS document_title, d.mime_type, d.embedding_model, c.ordinal,
+           c.breadcrumb, c.content, c.text, c.start, c."end", c.page, c.kind, c.audience, c.part, c.parts, c.split_group,
            c.embedding <=> %(vector)s::vector AS distance, f.rrf, f.dense_rank, f.lexical_rank, f.ident_rank,
-           vector_send(c.embedding)
+           vector_send(c.embedding) AS vector
     FROM fused f JOIN kb_chunk c ON c.id = f.id JOIN kb_document d ON d.id = c.document_id
     ORDER BY f.rrf DESC, c.id
     """
@@ -286,16 +258,22 @@ def _candidate_query(*, principals: list[str], query: str, vector: np.ndarray,
     return _candidate_sql(dense=options.dense, lexical=bool(lexical), idents=len(idents)), params
 
 
-def _candidates(*, principals: list[str], query: str, vector: np.ndarray, options: SearchOptions) -> list[CandidateRow]:
+def _candidates(*, principals: list[str], query: str, vector: np.ndarray, options: SearchOptions) -> list[dict[str, Any]]:
+    """The candidate rows, each a dict keyed by the query's column names (Hit's field names where they are Hit's)."""
     sql, params = _candidate_query(principals=principals, query=query, vector=vector, options=options)
     if options.ef_search == settings.KB_SEARCH_EF_SEARCH:  # set per connection (settings.DATABASES)
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return [CandidateRow(*row) for row in cursor.fetchall()]
+            return _named_rows(cursor)
     with transaction.atomic(), connection.cursor() as cursor:  # SET LOCAL: never leaks to the next request
         cursor.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(options.ef_search)])
         cursor.execute(sql, params)
-        return [CandidateRow(*row) for row in cursor.fetchall()]
+        return _named_rows(cursor)
+
+
+def _named_rows(cursor: Any) -> list[dict[str, Any]]:
+    names = [column.name for column in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
 def _vector(sent: bytes | memoryview) -> np.ndarray:
@@ -338,6 +316,10 @@ def _late_rerank(query: str, pieces: np.ndarray, hits: list[Hit], texts: dict[in
     return head + tail
 
 
+_HIT_COLUMNS = [f.name for f in fields(Hit) if f.name not in {"distance", "score", "ranks", "passed", "late_score",
+                                                                 "rerank_score"}]
+
+
 def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None) -> SearchResult:
     """Ranked hits the user may read, each marked whether it passed the gate and the cap."""
     options = options or SearchOptions()
@@ -355,7 +337,7 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     timings["sql"] = (time.perf_counter() - started) * 1000 - timings["embed"]
 
     model = settings.KB_EMBEDDING_MODEL
-    foreign = {row.embedding_model for row in rows if row.embedding_model != model}
+    foreign = {row["embedding_model"] for row in rows if row["embedding_model"] != model}
     if foreign:
         # Vectors from another model are not comparable with this query's: leave them out and say so.
         result.warnings.append(
@@ -369,16 +351,14 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     texts: dict[int, str] = {}
     hits: list[Hit] = []
     for row in rows:
-        if row.embedding_model != model:
+        if row["embedding_model"] != model:
             continue
-        vectors[row.chunk_id] = _vector(row.vector)
-        texts[row.chunk_id] = row.text
-        score = float(row.rrf) * (1 + boost if row.audience == preferred else 1)
-        ranks = {k: int(v) for k, v in (("dense", row.dense_rank), ("lexical", row.lexical_rank),
-                                         ("ident", row.ident_rank)) if v}
-        hits.append(Hit(row.chunk_id, row.document_id, row.document_title, row.mime_type, row.ordinal, row.breadcrumb,
-                        row.content, row.start, row.end, row.page, row.kind, row.audience, row.part, row.parts,
-                        row.split_group, float(row.distance), score, ranks))
+        vectors[row["chunk_id"]] = _vector(row["vector"])
+        texts[row["chunk_id"]] = row["text"]
+        score = float(row["rrf"]) * (1 + boost if row["audience"] == preferred else 1)
+        ranks = {k: int(row[f"{k}_rank"]) for k in ("dense", "lexical", "ident") if row[f"{k}_rank"]}
+        hits.append(Hit(**{name: row[name] for name in _HIT_COLUMNS}, distance=float(row["distance"]), score=score,
+                        ranks=ranks))
     hits.sort(key=lambda h: (-h.score, h.distance, h.chunk_id))
     result.nearest_distance = min((h.distance for h in hits), default=None)
 
