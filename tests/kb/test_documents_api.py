@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from accounts.tokens import token_create
 from kb.models import Chunk, Document, Folder
 from kb.services import folder_set_access
-from tests.web.conftest import make_document
+from tests.factories import ingested_document
 
 ALL = ["search", "ask", "documents:read", "documents:write"]
 
@@ -272,7 +272,7 @@ def test_retry_and_reindex(
 def test_changing_access_moves_the_passages_at_once(people: dict[str, Any]) -> None:
     from search.retrieval import SearchOptions, hybrid_search
 
-    document = make_document("# Bonus pool\n\n## Size\n\nThe bonus pool this year is 4.2 million.\n", "bonus.md",
+    document = ingested_document("# Bonus pool\n\n## Size\n\nThe bonus pool this year is 4.2 million.\n", "bonus.md",
                              uploaded_by=people["admin"])  # so the admin may still act on it once it is hr's only
     hr = people["groups"]["hr"]
     admin = as_user(people["admin"])

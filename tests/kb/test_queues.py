@@ -11,8 +11,9 @@ import pytest
 from kb.celery import app
 from kb.launcher import workers
 from kb.queues import ANSWERS, INGEST
-from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS, add_document
+from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS
 from tests.conftest import start_worker, stop_process
+from tests.factories import ingested_document
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -33,7 +34,7 @@ def test_a_question_is_answered_while_the_ingest_queue_is_full(people: dict[str,
     from kb.models import Document
     from kb.services import document_upload
 
-    add_document(SHIPMENTS, "shipments.md")
+    ingested_document(SHIPMENTS, "shipments.md")
     notes = [f"# Note {i}\n\nBody of note {i}.\n".encode() for i in range(3)]
     backlog = [
         document_upload(name=f"queued-{i}.md", stream=io.BytesIO(data), size=len(data)).document

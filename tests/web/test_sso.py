@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import OUTPUT, ROOT, stop_process
-from tests.web.conftest import daphne, make_document, wait_until_serving
+from tests.factories import ingested_document
+from tests.web.conftest import daphne, wait_until_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -88,12 +89,12 @@ def test_a_person_signs_in_with_the_company_provider_and_gets_exactly_its_groups
     from accounts.models import OidcIdentity
 
     groups = people["groups"]
-    runbook = make_document("# Deploy runbook\n\n## Rollback\n\nTo roll back a release, switch the blue-green "
+    runbook = ingested_document("# Deploy runbook\n\n## Rollback\n\nTo roll back a release, switch the blue-green "
                             "router back to the previous slot.\n", "runbook.md", public=False,
                             groups=[groups["engineering"]])
-    leave = make_document("# Parental leave\n\n## Duration\n\nParental leave lasts sixteen weeks at full pay.\n",
+    leave = ingested_document("# Parental leave\n\n## Duration\n\nParental leave lasts sixteen weeks at full pay.\n",
                           "leave.md", public=False, groups=[groups["hr"]])
-    make_document("# Payroll\n\n## Bonus pool\n\nThe confidential bonus pool is 4.2 million.\n", "payroll.md",
+    ingested_document("# Payroll\n\n## Bonus pool\n\nThe confidential bonus pool is 4.2 million.\n", "payroll.md",
                   public=False, groups=[groups["finance"]])
     provider.admin("user", "erin", "--password", "erin-at-example", "--email", "erin@example.com",
                    "--groups", "engineering,hr,contractors")
