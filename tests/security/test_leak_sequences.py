@@ -27,9 +27,10 @@ from kb.ingest.pipeline import ingest
 from kb.models import Document
 from kb.services import document_delete, document_set_access, document_upload
 from search.retrieval import hybrid_search
-from tests.chat.conftest import VAULT, VAULT_QUESTION, add_document
+from tests.chat.conftest import VAULT, VAULT_QUESTION
 from tests.chat.openai_stub import StubOpenAI
 from tests.chat.test_e2e_daphne import ws
+from tests.factories import ingested_document
 from tests.security.conftest import signed_in
 
 SECRET = "ZX-4412-QUARTZ"
@@ -39,7 +40,7 @@ SECRET = "ZX-4412-QUARTZ"
 def test_revoking_access_while_an_answer_is_written_hides_it_from_everyone_outside(
     people: dict[str, Any], settings: Any
 ) -> None:
-    vault = add_document(VAULT, "vault.md", public=False, groups=[people["groups"]["engineering"]])
+    vault = ingested_document(VAULT, "vault.md", public=False, groups=[people["groups"]["engineering"]])
     alice = people["alice"]
     tokens = ["The", " code", " is", f" {SECRET}", " [1]", " and", " it", " changes", "."]
     with StubOpenAI(tokens, pause_after=5) as stub:
@@ -82,7 +83,7 @@ def test_revoking_access_while_an_answer_is_written_hides_it_from_everyone_outsi
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_logging_out_closes_the_open_socket_before_anything_else_arrives(people: dict[str, Any], daphne: int) -> None:
-    add_document(VAULT, "vault.md", public=False, groups=[people["groups"]["engineering"]])
+    ingested_document(VAULT, "vault.md", public=False, groups=[people["groups"]["engineering"]])
     alice = signed_in(people["alice"])
     asked = question_ask(user=people["alice"], question=VAULT_QUESTION, enqueue=False)
     with ws(daphne, f"/ws/chat/{asked.conversation.pk}/", alice.cookies["sessionid"].value) as socket:
