@@ -51,12 +51,12 @@ def answer_timeout() -> float:
 
 def answer_lease() -> float:
     """Seconds an answer may stay pending or running before the sweeper fails it (its job or worker was lost)."""
-    return float(_get("KB_ANSWER_LEASE_SECONDS", lambda: env_float("KB_ANSWER_LEASE_SECONDS", 2 * answer_timeout() + 60)))
+    return float(settings.KB_ANSWER_LEASE_SECONDS)
 
 
 def asks_per_minute() -> int:
     """Questions one user may ask per minute; 0: no limit."""
-    return int(_get("KB_ASKS_PER_MINUTE", lambda: env_int("KB_ASKS_PER_MINUTE", 20, minimum=0)))
+    return int(settings.KB_ASKS_PER_MINUTE)
 
 
 def local_model_path() -> str:

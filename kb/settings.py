@@ -123,6 +123,8 @@ KB_RERANK_FLOOR = env_float("KB_RERANK_FLOOR", -1e9)
 
 KB_ANSWER_BACKEND = env_str("KB_ANSWER_BACKEND", "extractive")  # extractive | local | openai | dotted.Class
 KB_ANSWER_TIMEOUT = env_float("KB_ANSWER_TIMEOUT", 180.0)
+KB_ANSWER_LEASE_SECONDS = env_float("KB_ANSWER_LEASE_SECONDS", 2 * KB_ANSWER_TIMEOUT + 60)  # then the sweeper fails it
+KB_ASKS_PER_MINUTE = env_int("KB_ASKS_PER_MINUTE", 20, minimum=0)  # questions per user per minute; 0: no limit
 KB_OPENAI_BASE_URL = env_str("KB_OPENAI_BASE_URL", "")  # e.g. http://127.0.0.1:11434/v1
 KB_OPENAI_MODEL = env_str("KB_OPENAI_MODEL", "")
 KB_OPENAI_API_KEY = env_secret("KB_OPENAI_API_KEY")
