@@ -102,6 +102,6 @@ def test_the_demo_failover_question_is_answered_from_manual_failover_in_steps(pe
     assert done["text"].startswith("1. "), done["text"]
     assert re.findall(r"^(\d)\. ", done["text"], re.M)[:3] == ["1", "2", "3"], done["text"]
     assert "Always start with a dry run" in done["text"] and "--dry-run` [" in done["text"]
-    lead = int(re.search(r"\[(\d+)\]", done["text"]).group(1))  # type: ignore[union-attr]
+    lead = int(re.search(r"\[(\d+)\]", done["text"]).group(1))
     assert "Manual failover" in next(c["label"] for c in citations if c["number"] == lead)
     assert "Maintenance windows" not in done["text"]
