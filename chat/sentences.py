@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chat.support import terms
+from chat.support import stem, terms
 from kb.ingest import embedding
 from search import late
 from search.retrieval import WORD
@@ -41,8 +41,24 @@ def rare_word_weights(question: str) -> dict[str, float]:
     return {t: w for t, w in weights.items() if w > 0}
 
 
-def score(question: str, texts: Sequence[str], ranks: Sequence[int]) -> Scores:
-    """Scores of each text (a sentence) for `question`; `ranks` are their sources' numbers (1 = best)."""
+def compounds(question: str) -> dict[str, set[str]]:
+    """Adjacent question words written as one ("fail over" → "failover"), with the words they stand for."""
+    words = [m.group().lower() for m in WORD.finditer(question)]
+    return {stem(a + b): terms(f"{a} {b}") for a, b in zip(words, words[1:], strict=False)
+            if a.isalpha() and b.isalpha()}
+
+
+def _found(text: str, context: str, joined: dict[str, set[str]]) -> set[str]:
+    found = terms(text) | terms(context)
+    for compound, parts in joined.items():
+        if compound in found:
+            found |= parts
+    return found
+
+
+def score(question: str, texts: Sequence[str], ranks: Sequence[int], contexts: Sequence[str] | None = None) -> Scores:
+    """Scores of each text (a sentence) for `question`; `ranks` are their sources' numbers (1 = best);
+    `contexts` (e.g. each sentence's section heading) count towards its rare-word coverage."""
     if not texts:
         return Scores([], [], [])
     _, pieces = embedding.embed_query(question)
@@ -58,9 +74,11 @@ def score(question: str, texts: Sequence[str], ranks: Sequence[int]) -> Scores:
         ]
     rare = rare_word_weights(question)
     total_weight = sum(rare.values())
+    joined = compounds(question)
     coverage = [
         sum(w for t, w in rare.items() if t in found) / total_weight if total_weight else 0.0
-        for found in (terms(text) for text in texts)
+        for found in (_found(text, context, joined) for text, context in
+                      zip(texts, contexts or [""] * len(texts), strict=True))
     ]
     totals = [
         s + COVERAGE_WEIGHT * c - RANK_PENALTY * (rank - 1)

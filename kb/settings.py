@@ -110,6 +110,9 @@ KB_SEARCH_LEXICAL_SELECT_SHARE = env_float("KB_SEARCH_LEXICAL_SELECT_SHARE", 0.0
 KB_SEARCH_LEXICAL_SELECT_ROWS = env_int("KB_SEARCH_LEXICAL_SELECT_ROWS", 200, minimum=0)  # …or are in this few chunks
 KB_SEARCH_THRESHOLD = env_float("KB_SEARCH_THRESHOLD", 0.56)  # max cosine distance that may be answered from
 KB_SEARCH_CAP = env_int("KB_SEARCH_CAP", 5, minimum=1)  # passages that reach the generator
+# Once the nearest passage is within the threshold, passages up to threshold + margin may be
+# sources too: the section that answers is often a little farther than one on the same topic.
+KB_SEARCH_SOURCE_MARGIN = env_float("KB_SEARCH_SOURCE_MARGIN", 0.1)
 KB_SEARCH_MMR_LAMBDA = env_float("KB_SEARCH_MMR_LAMBDA", 1.0)  # 1.0: relevance only
 KB_SEARCH_DUPLICATE = env_float("KB_SEARCH_DUPLICATE", 0.97)  # cosine similarity that counts as a duplicate
 KB_SEARCH_INTENT_BOOST = env_float("KB_SEARCH_INTENT_BOOST", 0.0)

@@ -50,6 +50,7 @@ class SearchOptions:
     weight_ident: float = field(default_factory=lambda: settings.KB_SEARCH_WEIGHT_IDENT)
     threshold: float = field(default_factory=lambda: settings.KB_SEARCH_THRESHOLD)
     cap: int = field(default_factory=lambda: settings.KB_SEARCH_CAP)
+    source_margin: float = field(default_factory=lambda: settings.KB_SEARCH_SOURCE_MARGIN)
     mmr_lambda: float = field(default_factory=lambda: settings.KB_SEARCH_MMR_LAMBDA)
     duplicate: float = field(default_factory=lambda: settings.KB_SEARCH_DUPLICATE)
     intent_boost: float = field(default_factory=lambda: settings.KB_SEARCH_INTENT_BOOST)
@@ -367,7 +368,9 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
         late_at = time.perf_counter()
         hits = _late_rerank(query, pieces, hits, texts, depth=options.late_depth, weight=options.late_weight)
         timings["late"] = (time.perf_counter() - late_at) * 1000
-    gated = [h for h in hits if h.distance <= options.threshold]
+    # The threshold decides whether to answer at all; once it does, sources may be a margin farther.
+    answerable = any(h.distance <= options.threshold for h in hits)
+    gated = [h for h in hits if h.distance <= options.threshold + options.source_margin] if answerable else []
     if options.rerank and gated and rerank.enabled():
         reranked_at = time.perf_counter()
         scores = rerank.scores(query, [h.content for h in gated])

@@ -26,8 +26,10 @@ from chat.prompts import Prompt
 MAX_CHARS = 400  # runners-up join while the answer stays under this (today's mean answer: ~420 characters)
 MAX_PICKS = 6  # the lead and the best-scored runners-up (each with the sentences it depends on)
 CONSIDERED = 8  # runners-up come from the best-scored sentences only
+RUNNER_UP_GAP = 0.3  # ...and only when they score within this of the lead: no padding with other topics
 MAX_SENTENCE_CHARS = 500
 MAX_STEPS = 8
+PROCEDURE_BONUS = 0.3
 WEAK = 0.34  # share of the question's rare-word weight matched below which the answer says it may be partial
 
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[*_]?[A-Z0-9])")
@@ -141,15 +143,13 @@ def _with_context(best: Unit, all_units: Sequence[Unit]) -> list[Unit]:
 
 
 def _steps(best: Unit, all_units: Sequence[Unit]) -> list[Unit] | None:
-    """Ordered steps for a how-to question: the numbered list holding `best`, or the instructions from
-    `best` to the end of its source's section (prose and code, in order). None when there are none."""
+    """Ordered steps for a how-to question: the numbered list holding `best`, or the section of instructions
+    (prose and commands, in order) holding it. None when there are none."""
     same = [u for u in all_units if u.number == best.number]
     if best.kind == "step":
         return [u for u in same if u.block == best.block and u.kind == "step"][:MAX_STEPS]
-    start = same.index(best)
-    if start > 0 and DEPENDENT.match(best.text):
-        start -= 1
-    run = [u for u in same[start:] if u.kind in ("prose", "code", "step")][:MAX_STEPS]
+    # A section of instructions reads from its start: later commands refer to earlier ones.
+    run = [u for u in same if u.kind in ("prose", "code", "step")][:MAX_STEPS]
     # Instructions mean at least one command or numbered step, or several sentences to follow.
     return run if len(run) >= 3 and any(u.kind in ("code", "step") for u in run) else None
 
@@ -159,10 +159,17 @@ def compose(prompt: Prompt) -> list[list[str]]:
     all_units = [u for source in prompt.sources for u in units(source.number, source.text)]
     if not all_units:
         return []
-    scored = scoring.score(prompt.question, [u.text for u in all_units], [u.number for u in all_units])
-    order = sorted(range(len(all_units)), key=lambda i: (-scored.total[i], all_units[i].number, i))
+    labels = {source.number: source.label.rsplit(">", 1)[-1] for source in prompt.sources}
+    scored = scoring.score(prompt.question, [u.text for u in all_units], [u.number for u in all_units],
+                           [labels[u.number] for u in all_units])
+    how_to = bool(HOW_TO.search(prompt.question))
+    # A how-to question is answered by instructions: sources holding commands or numbered steps come first.
+    procedural = {u.number for u in all_units if u.kind in ("code", "step")} if how_to else set()
+    total = [t + (PROCEDURE_BONUS if u.number in procedural else 0.0) for t, u in zip(scored.total, all_units,
+                                                                                         strict=True)]
+    order = sorted(range(len(all_units)), key=lambda i: (-total[i], all_units[i].number, i))
     best = all_units[order[0]]
-    steps = _steps(best, all_units) if HOW_TO.search(prompt.question) else None
+    steps = _steps(best, all_units) if how_to else None
     if steps:
         lead = [f"{k}. {_line(u)}" for k, u in enumerate(steps, 1)]
         paragraphs = [["\n".join(lead)]]
@@ -171,7 +178,7 @@ def compose(prompt: Prompt) -> list[list[str]]:
         paragraphs, used, size, picks, last = [], set(), 0, 0, 0
         for i in order[:CONSIDERED]:
             unit = all_units[i]
-            if unit in used:
+            if unit in used or (paragraphs and total[i] < total[order[0]] - RUNNER_UP_GAP):
                 continue
             fresh = [u for u in _with_context(unit, all_units) if u not in used]
             grown = size + sum(len(u.text) for u in fresh)

@@ -5,12 +5,14 @@ Real scoring: the embedding model and the (test) database's corpus statistics.""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
 from chat.backends.extractive import ExtractiveBackend, sentences, units
 from chat.prompts import Source, build_prompt
 from kb.ingest.classify import CONCEPT, SCREEN
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.django_db
 
@@ -86,3 +88,20 @@ def test_instructions_written_as_prose_and_commands_become_steps() -> None:
     assert "`ctl db failover main --target db-2 --dry-run` [1]" in text
     assert re.search(r"^\d\. If it does, run the same command without the dry-run flag \[1\]\.", text, re.M) or \
         "If it does, run the same command" in text
+
+
+def test_the_demo_failover_question_is_answered_from_manual_failover_in_steps(people: dict[str, Any]) -> None:
+    from chat.answering import answer_stream
+    from tests.chat.conftest import add_document
+
+    runbook = ROOT / "demo" / "corpus" / "engineering" / "runbook-planning-database-failover.md"
+    add_document(runbook.read_text(encoding="utf-8"), "runbook-planning-database-failover.md")
+    events = list(answer_stream(user=people["alice"], question="How do I fail over the planning database?"))
+    done = next(e for e in events if e["type"] == "done")
+    citations = next(e for e in events if e["type"] == "citations")["citations"]
+    assert done["text"].startswith("1. "), done["text"]
+    assert re.findall(r"^(\d)\. ", done["text"], re.M)[:3] == ["1", "2", "3"], done["text"]
+    assert "Always start with a dry run" in done["text"] and "--dry-run` [" in done["text"]
+    lead = int(re.search(r"\[(\d+)\]", done["text"]).group(1))
+    assert "Manual failover" in next(c["label"] for c in citations if c["number"] == lead)
+    assert "Maintenance windows" not in done["text"]
