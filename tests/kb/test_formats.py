@@ -282,6 +282,17 @@ def test_epub_chapters_make_the_heading_tree() -> None:
     chunks_quote_the_text(result)
 
 
+def test_a_real_epub3_book_keeps_its_chapters_as_the_heading_tree() -> None:
+    """IDPF's EPUB 3 sample as epubcheck ships it: XHTML chapters, nested headings, a cover image."""
+    result = load("epubcheck-childrens-literature.epub")
+    found = headings(result)
+    assert (2, "SECTION IV FAIRY STORIES\u2014MODERN FANTASTIC TALES") in found
+    assert (4, "THE EMPEROR'S NEW CLOTHES") in found and (4, "THE NIGHTINGALE") in found
+    assert "Andersen, Hans Christian, Fairy Tales." in result.text
+    assert "<p" not in result.text and "xmlns" not in result.text
+    chunks_quote_the_text(result)
+
+
 def test_a_truncated_epub_fails_with_its_reason() -> None:
     data = epub_book()
     with pytest.raises(ExtractionError, match="^manual.epub: cannot read EPUB: "):
@@ -326,6 +337,15 @@ def test_rtf_text_with_code_page_escapes() -> None:
     result = load("memo.rtf", MEMO_RTF)
     assert "The café on floor 2 opens at 8:00 and closes at 15:30." in result.text
     assert "Bring your own cup." in result.text and "\\b" not in result.text and "Arial" not in result.text
+
+
+def test_a_real_word_rtf_keeps_its_text_and_drops_its_font_tables() -> None:
+    """Written by Word for Mac (rtf2xml's test file): Unicode/font groups and panose data are not text."""
+    result = load("rtf2xml-headings-mixed.rtf")
+    assert result.text.startswith("Text before headers.")
+    for words in ("Heading one", "Heading three", "Heading five"):
+        assert words in result.text
+    assert not any(noise in result.text for noise in ("Times", "Helvetica", "panose", "\\", "{", "}"))
 
 
 def test_a_truncated_rtf_fails_with_its_reason() -> None:
