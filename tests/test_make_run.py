@@ -48,12 +48,19 @@ def _login(base: str, username: str) -> tuple[urllib.request.OpenerDirector, htt
 
 
 async def _library_row(ws_url: str, origin: str, cookie: str | None) -> dict[str, object] | int:
-    """The first status row the library socket sends for the demo's documents, or the close code."""
+    """The first row the library socket reports ready for the demo's documents, or the close code.
+
+    The demo is indexed by the ingest worker after start-up, so rows may arrive queued or embedding first;
+    the socket pushes each change, and a demo document must reach ready within two minutes."""
     headers = {"Cookie": cookie} if cookie else {}
     try:
         async with websockets.connect(ws_url, origin=origin, additional_headers=headers) as ws:
             await ws.send(json.dumps({"type": "watch", "ids": list(range(1, 100))}))
-            return json.loads(await asyncio.wait_for(ws.recv(), 10))
+            deadline = time.monotonic() + 120
+            while True:
+                row: dict[str, object] = json.loads(await asyncio.wait_for(ws.recv(), deadline - time.monotonic()))
+                if row.get("status") == "ready":
+                    return row
     except websockets.ConnectionClosed as closed:
         return closed.rcvd.code if closed.rcvd else -1
     except websockets.InvalidStatus as refused:

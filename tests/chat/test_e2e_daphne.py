@@ -28,6 +28,7 @@ from accounts.websocket import CLOSE_UNAUTHENTICATED
 from chat.consumers import CLOSE_FORBIDDEN
 from chat.services import question_ask
 from kb.models import Document
+from kb.queues import ANSWERS
 from tests.chat.conftest import EXPORT_QUESTION
 from tests.chat.openai_stub import StubOpenAI
 from tests.conftest import OUTPUT, ROOT, service_env, stop_process
@@ -129,7 +130,7 @@ def test_a_real_socket_through_daphne_and_a_worker(
         with child("daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
                               "kb.asgi:application"], env) as web, \
              child("worker", [sys.executable, "-m", "celery", "-A", "kb", "worker", "--pool", "solo", "--hostname",
-                              hostname, "--without-gossip", "--without-mingle", "--loglevel", "INFO"], env) as worker:
+                              hostname, "--queues", ANSWERS, "--without-gossip", "--without-mingle", "--loglevel", "INFO"], env) as worker:
             wait_until(lambda: listening(port), "daphne", [web, worker])
             wait_until(lambda: bool(app.control.ping(destination=[hostname], timeout=0.5)), "worker", [web, worker])
 
