@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
+from django.http.multipartparser import MultiPartParserError
 from ninja import NinjaAPI, Schema
 
 from accounts.api import api_auth
@@ -31,6 +32,13 @@ def _too_many(request: HttpRequest, exc: Exception) -> HttpResponse:
 @api.exception_handler(chat_services.ChatError)
 def _rejected(request: HttpRequest, exc: Exception) -> HttpResponse:
     return api.create_response(request, {"detail": str(exc)}, status=422)
+
+
+@api.exception_handler(MultiPartParserError)
+def _unreadable_form(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """Django refuses the whole form (a part's headers over 1 KB: a file name of about 900
+    characters); say so rather than answer a bare 400 page."""
+    return api.create_response(request, {"detail": f"the upload form could not be read: {exc}"}, status=400)
 
 
 class MeOut(Schema):

@@ -17,8 +17,10 @@ Receive = Any
 Send = Any
 
 CLOSE_TOO_BIG = 4413  # ASGI lets an app close only with 1000 or 3000-4999; 4xxx mirrors HTTP 413
-# Paths that take a file: the library's one-file upload and the admin's document forms.
+# Paths that take a file: the library's one-file upload and the admin's document forms,
+# and the documents API's upload (only the collection itself: its other paths take JSON).
 UPLOAD_PREFIXES = ("/library/upload", "/admin/")
+UPLOAD_PATHS = ("/api/documents", "/api/documents/")
 
 
 class _TooLarge(Exception):
@@ -27,7 +29,7 @@ class _TooLarge(Exception):
 
 def body_limit(path: str) -> int:
     """Bytes a request body to `path` may have."""
-    if path.startswith(UPLOAD_PREFIXES):
+    if path.startswith(UPLOAD_PREFIXES) or path in UPLOAD_PATHS:
         return (settings.KB_MAX_UPLOAD_MB + 1) * 2**20  # the file and its form fields
     return settings.KB_MAX_BODY_KB * 1024
 

@@ -22,6 +22,7 @@ from kb.models import Chunk, Document, Folder
 from kb.selectors import documents_replaceable
 
 HEAD_BYTES = 8192
+MAX_NAME_CHARS = 255  # what file systems allow for one name; Document.filename holds 300
 
 
 class UploadRejected(ValueError):
@@ -46,6 +47,10 @@ def _sha256(stream: IO[bytes]) -> str:
 
 def upload_validate(*, name: str, stream: IO[bytes], size: int) -> str:
     """The file's MIME type, or UploadRejected with the reason. Reads only the first bytes."""
+    if len(name) > MAX_NAME_CHARS:
+        raise UploadRejected(f"{name[:40]}…: the file name is {len(name):,} characters long; at most {MAX_NAME_CHARS}")
+    if any(c in "/\\" or not c.isprintable() for c in name):
+        raise UploadRejected(f"{name!r}: the file name holds a path separator or a control character")
     limit = settings.KB_MAX_UPLOAD_MB
     if size > limit * 1024 * 1024:
         raise UploadRejected(f"{name}: the file is {size / 1048576:.1f} MB; the limit is {limit} MB")

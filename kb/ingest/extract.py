@@ -14,7 +14,7 @@ import io
 import re
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePath
 from typing import TYPE_CHECKING
 
@@ -175,9 +175,15 @@ def extract(
     `on_ocr_page(done, total)` is called after each page read by OCR, so a caller can show
     progress and keep its claim on the document alive through a long scan.
     """
+    name = _display_name(filename)
+    return _without_nul(_extract(data=data, mime=mime, name=name, ocr=ocr, on_ocr_page=on_ocr_page))
+
+
+def _extract(
+    *, data: bytes, mime: str, name: str, ocr: bool, on_ocr_page: Callable[[int, int], None] | None
+) -> Extracted:
     from kb.ingest import formats  # the formats import this module's plumbing
 
-    name = _display_name(filename)
     if mime in _ZIP_KINDS:
         _check_package(data, name, _ZIP_KINDS[mime])
     if mime == MARKDOWN:
@@ -205,6 +211,21 @@ def extract(
     if mime in readers:
         return readers[mime](data, name)
     raise UnsupportedFile(f"{name}: {mime} files are not supported ({SUPPORTED_HINT})")
+
+
+def _without_nul(extracted: Extracted) -> Extracted:
+    """NUL characters (a mail body, a PDF's text layer) become spaces: PostgreSQL text cannot hold
+    them, and a space keeps every heading and page offset pointing at the same characters."""
+    if "\x00" not in extracted.text:
+        return extracted
+    count = extracted.text.count("\x00")
+    return replace(
+        extracted,
+        text=extracted.text.replace("\x00", " "),
+        headings=tuple(replace(h, title=h.title.replace("\x00", " ")) for h in extracted.headings),
+        title=extracted.title.replace("\x00", " ") if extracted.title else extracted.title,
+        warnings=(*extracted.warnings, f"{count:,} NUL characters in the text were replaced by spaces"),
+    )
 
 
 def _display_name(filename: str) -> str:
