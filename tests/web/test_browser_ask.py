@@ -267,3 +267,35 @@ def test_the_demo_failover_question_is_answered_in_steps_led_by_manual_failover(
     chip.hover()
     assert "Manual failover" in page.locator("#answer .cite-preview").first.inner_text()
     screenshot(page, "ask-failover-steps")
+
+
+def test_sam_sees_an_unsupported_claim_first_and_confirms_it(
+    open_page: Any, people: dict[str, Any], settings: Any
+) -> None:
+    from chat.models import Feedback, Message
+    from tests.chat.openai_stub import StubOpenAI
+    from tests.chat.test_answering import use_stub
+    from tests.chat.test_api import UNSUPPORTED_TOKENS
+
+    ingested_document(SHIPMENTS, "shipments.md")
+    with StubOpenAI(UNSUPPORTED_TOKENS) as stub:
+        use_stub(settings, stub)
+        flagged = answered(people["alice"], EXPORT_QUESTION)
+    settings.KB_ANSWER_BACKEND = "extractive"
+    newer = answered(people["alice"], EXPORT_QUESTION)
+    assert flagged.unsupported and not newer.unsupported
+
+    page = open_page(people["sam"])
+    page.goto("/review/")
+    page.wait_for_selector("#review-list[data-loaded=true]")
+    first = page.locator(".review-item").first
+    assert first.get_attribute("data-message") == str(flagged.pk)  # older, but it has an unjudged claim
+    claim = first.locator(".unsupported-claim")
+    assert "The Export dialog offers XLSX and JSON" in claim.inner_text()
+    assert "not found in source [1]" in claim.inner_text()
+    assert_labelled(page)
+    screenshot(page, "review-unsupported")
+    claim.get_by_role("button", name="Confirm").click()
+    page.wait_for_selector(".unsupported-claim[data-verdict=confirmed]")
+    assert Message.objects.get(pk=flagged.pk).unsupported[0]["verdict"] == "confirmed"
+    assert Feedback.objects.get(message=flagged).kind == "unsupported"
