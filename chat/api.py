@@ -44,6 +44,16 @@ class TimingsOut(Schema):
     total_ms: float | None
 
 
+class UnsupportedClaimOut(Schema):
+    start: int = Field(description="Where the sentence is in the answer text")
+    end: int
+    sentence: str
+    numbers: list[int] = Field(description="The sources it cites, whose quotes do not back it")
+    missing: list[str] = Field(description="What those quotes lack")
+    verdict: Literal["open", "confirmed", "dismissed"]
+    reviewer: str | None = None
+
+
 class MessageOut(Schema):
     id: int
     role: str
@@ -60,6 +70,7 @@ class MessageOut(Schema):
     timings: TimingsOut
     citations: list[CitationPayload]
     restricted_citations: list[int]
+    unsupported: list[UnsupportedClaimOut]
     rating: int
     created_at: datetime
 
@@ -130,8 +141,13 @@ class ReviewAnswerBriefOut(Schema):
     backend: str
     citations: list[ReviewCitationBriefOut]
     restricted_citations: list[int]
+    unsupported: list[UnsupportedClaimOut]
     feedback: list[FeedbackOut]
     created_at: datetime
+
+
+class VerdictIn(Schema):
+    verdict: Literal["confirmed", "dismissed"]
 
 
 class ReviewFilter(Schema):
@@ -156,7 +172,8 @@ def _message(view: MessageView) -> dict[str, Any]:
         "id": m.pk, "role": m.role, "status": m.status, "text": view.text, "html": view.html,
         "withheld": view.withheld, "intent": m.intent, "refusal_reason": m.refusal_reason, "error": m.error,
         "backend": m.backend, "model": m.model, "notice": m.notice, "timings": view.timings,
-        "citations": view.citations, "restricted_citations": view.restricted, "rating": m.rating,
+        "citations": view.citations, "restricted_citations": view.restricted, "unsupported": view.unsupported,
+        "rating": m.rating,
         "created_at": m.created_at,
     }
 
@@ -201,7 +218,7 @@ def _review_brief(view: MessageView) -> dict[str, Any]:
         "question": m.question.text if m.question else "", "status": m.status, "text": text,
         "text_truncated": text_truncated, "withheld": view.withheld, "refusal_reason": m.refusal_reason,
         "error": m.error, "backend": m.backend, "citations": citations, "restricted_citations": view.restricted,
-        "feedback": [_feedback(f) for f in m.feedback.all()], "created_at": m.created_at,
+        "unsupported": view.unsupported, "feedback": [_feedback(f) for f in m.feedback.all()], "created_at": m.created_at,
     }
 
 
@@ -250,7 +267,8 @@ def rate(request: HttpRequest, message_id: int, payload: RatingIn) -> dict[str, 
 
 @router.get("/review/answers", response=list[ReviewAnswerBriefOut], tags=["review"])
 def review_answers(request: HttpRequest, filters: Query[ReviewFilter]) -> list[dict[str, Any]]:
-    """A page of recent answers, newest first, as the review desk shows them: quotes and long answers
+    """A page of answers as the review desk shows them, those with unjudged unsupported claims first, then newest
+    first: quotes and long answers
     trimmed (GET /review/answers/{id} has them whole); `before=<last id>` is the next page (support staff only)."""
     _require_reviewer(request)
     answers = selectors.review_answers(flagged=filters.flagged, status=filters.status, limit=filters.limit,
@@ -276,6 +294,15 @@ def review_feedback(request: HttpRequest, message_id: int, payload: FeedbackIn) 
     created = services.feedback_add(reviewer=request.user, message=answer, kind=payload.kind,
                                     citation_number=payload.citation, note=payload.note)
     return Status(201, _feedback(created))
+
+
+@router.post("/review/answers/{message_id}/unsupported/{index}", response=ReviewAnswerOut, tags=["review"])
+def review_unsupported(request: HttpRequest, message_id: int, index: int, payload: VerdictIn) -> dict[str, Any]:
+    """Confirm (filed as an "unsupported" flag) or dismiss the answer's unsupported claim `index` (0-based)."""
+    _require_reviewer(request)
+    services.unsupported_claim_review(reviewer=request.user, message_id=message_id, index=index,
+                                      verdict=payload.verdict)
+    return review_answer(request, message_id)
 
 
 @router.get("/review/conversations/{conversation_id}", response=ConversationOut, tags=["review"])

@@ -42,6 +42,13 @@ class Message(models.Model):
 
     FINISHED = (Status.DONE, Status.REFUSED, Status.FAILED)
 
+    class Verdict(models.TextChoices):
+        """A reviewer's verdict on one of the answer's unsupported claims."""
+
+        OPEN = "open"
+        CONFIRMED = "confirmed"
+        DISMISSED = "dismissed"
+
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
     role = models.CharField(max_length=16, choices=Role.choices)
     question = models.ForeignKey(
@@ -59,6 +66,9 @@ class Message(models.Model):
     # Every document handed to the generator, cited or not: the answer may draw on any of them,
     # so it is shown only to readers who may read them all (chat.selectors).
     source_documents = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    # chat.support's verdict on the finished answer: the cited sentences their quotes do not back, each
+    # with the reviewer's "verdict" (open, confirmed, dismissed); open ones put the answer first on the review desk.
+    unsupported = models.JSONField(default=list, blank=True)
     nearest_distance = models.FloatField(null=True, blank=True)
     threshold = models.FloatField(null=True, blank=True)
     retrieval_ms = models.FloatField(null=True, blank=True)

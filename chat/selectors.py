@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.postgres.expressions import ArraySubquery
-from django.db.models import Exists, OuterRef, Prefetch, QuerySet
+from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Prefetch, Q, QuerySet
 
 from accounts.acl import is_active_user, visible_documents
 from chat import conf
@@ -62,6 +62,7 @@ class MessageView:
     withheld: bool
     citations: list[CitationPayload] = field(default_factory=list)
     restricted: list[int] = field(default_factory=list)  # numbers of citations hidden from this reader
+    unsupported: list[dict[str, Any]] = field(default_factory=list)  # chat.support's flags, with verdicts
 
     @property
     def timings(self) -> Timings:
@@ -107,8 +108,10 @@ def message_views(messages: Sequence[Message], *, viewer: Any) -> list[MessageVi
             views.append(MessageView(message, WITHHELD, f"<p>{WITHHELD}</p>", True,
                                      [citation_from_stored(c) for c in shown], [c.number for c in hidden]))
             continue
-        html = render_html(message.text, {c.number: c for c in shown}) if message.role == Message.Role.ASSISTANT else ""
-        views.append(MessageView(message, message.text, html, False, [citation_from_stored(c) for c in shown]))
+        html = (render_html(message.text, {c.number: c for c in shown}, unsupported=message.unsupported)
+                if message.role == Message.Role.ASSISTANT else "")
+        views.append(MessageView(message, message.text, html, False, [citation_from_stored(c) for c in shown],
+                                 unsupported=message.unsupported))
     return views
 
 
@@ -153,7 +156,7 @@ def conversation_replay(conversation: Conversation, *, viewer: Any, since: int |
             events.append({"type": "citations", "message": m.pk, "citations": view.citations})
             events.append({"type": "done", "message": m.pk, "text": view.text, "html": view.html,
                            "intent": m.intent, "backend": m.backend, "model": m.model, "notice": m.notice,
-                           "timings": view.timings, "withheld": view.withheld})
+                           "timings": view.timings, "withheld": view.withheld, "unsupported": view.unsupported})
     return events
 
 
@@ -166,17 +169,24 @@ def _answers() -> QuerySet[Message]:
     )
 
 
+OPEN_CLAIMS = Q(unsupported__contains=[{"verdict": Message.Verdict.OPEN.value}])
+
+
 def review_answers(*, flagged: bool | None = None, status: str | None = None, limit: int = 50,
                    before: int | None = None) -> list[Message]:
-    """Recent answers, newest first."""
-    qs = _answers().order_by("-pk")
+    """Answers with unsupported claims no reviewer has judged yet first, then the rest; newest first within each.
+    `before` is the last answer of the previous page (the keyset follows the same order)."""
+    qs = _answers().alias(open_claims=ExpressionWrapper(OPEN_CLAIMS, output_field=BooleanField())).order_by(
+        "-open_claims", "-pk")
     if flagged is not None:
         has_feedback = Exists(Feedback.objects.filter(message=OuterRef("pk")))
         qs = qs.filter(has_feedback) if flagged else qs.exclude(has_feedback)
     if status:
         qs = qs.filter(status=status)
     if before:
-        qs = qs.filter(pk__lt=before)
+        after_open = Message.objects.filter(OPEN_CLAIMS, pk=before).exists()
+        qs = qs.filter(Q(open_claims=True, pk__lt=before) | Q(open_claims=False)) if after_open else qs.filter(
+            open_claims=False, pk__lt=before)
     return list(qs[:limit])
 
 

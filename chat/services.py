@@ -221,7 +221,9 @@ def _store(writer: _Writer, event: dict[str, Any]) -> str | None:
         writer.send(event)
         return None
     if kind == "done":
-        writer.finish(event | {"withheld": False}, status=Message.Status.DONE, text=event["text"], **event["timings"])
+        claims = [claim | {"verdict": Message.Verdict.OPEN.value} for claim in event["unsupported"]]
+        writer.finish(event | {"withheld": False}, status=Message.Status.DONE, text=event["text"], unsupported=claims,
+                      **event["timings"])
         return Message.Status.DONE
     if kind == "error":
         fields: dict[str, Any] = {"status": Message.Status.FAILED, "error": event["error"]}
@@ -243,6 +245,30 @@ def feedback_add(*, reviewer: Any, message: Message, kind: str, citation_number:
         if citation is None:
             raise ChatError(f"answer {message.pk} has no citation [{citation_number}]")
     return Feedback.objects.create(message=message, citation=citation, reviewer=reviewer, kind=kind, note=note.strip())
+
+
+def unsupported_claim_review(*, reviewer: Any, message_id: int, index: int, verdict: str) -> Message:
+    """A reviewer confirms or dismisses the answer's unsupported claim number `index` (0-based, in text order).
+
+    Confirming also files it as Feedback (kind unsupported, on the first source the sentence cites), so it is
+    listed with the other flags; dismissing only closes it. Either can be changed later.
+    """
+    if verdict not in (Message.Verdict.CONFIRMED, Message.Verdict.DISMISSED):
+        raise ChatError(f"verdict must be 'confirmed' or 'dismissed', not {verdict!r}")
+    with transaction.atomic():
+        message = Message.objects.select_for_update().filter(pk=message_id, role=Message.Role.ASSISTANT).first()
+        if message is None:
+            raise NotFound("no such answer")
+        if not 0 <= index < len(message.unsupported):
+            raise ChatError(f"answer {message.pk} has {len(message.unsupported)} unsupported claim(s), no number {index}")
+        claim = message.unsupported[index]
+        if verdict == Message.Verdict.CONFIRMED and claim["verdict"] != Message.Verdict.CONFIRMED:
+            citation = message.citations.filter(number__in=claim["numbers"]).order_by("number").first()
+            Feedback.objects.create(message=message, citation=citation, reviewer=reviewer, kind=Feedback.Kind.UNSUPPORTED,
+                                    note=f"Not found in the source: {claim['sentence']}")
+        claim.update(verdict=verdict, reviewer=reviewer.get_username())
+        message.save(update_fields=["unsupported"])
+    return message
 
 
 def message_rate(*, user: Any, message_id: int, rating: int) -> Message:

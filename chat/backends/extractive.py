@@ -27,6 +27,9 @@ MAX_CHARS = 400  # runners-up join while the answer stays under this (today's me
 MAX_PICKS = 6  # the lead and the best-scored runners-up (each with the sentences it depends on)
 CONSIDERED = 8  # runners-up come from the best-scored sentences only
 RUNNER_UP_GAP = 0.3  # ...and only when they score within this of the lead: no padding with other topics
+# ...and only when they (or their section heading) hold at least one of the question's rare words: a sentence
+# that merely sounds like the domain ("Saved filters appear in the Views menu" for an export question) is not
+# an answer, and late-interaction scores alone sit close together inside one manual.
 MAX_SENTENCE_CHARS = 500
 MAX_STEPS = 8
 PROCEDURE_BONUS = 0.3
@@ -178,7 +181,8 @@ def compose(prompt: Prompt) -> list[list[str]]:
         paragraphs, used, size, picks, last = [], set(), 0, 0, 0
         for i in order[:CONSIDERED]:
             unit = all_units[i]
-            if unit in used or (paragraphs and total[i] < total[order[0]] - RUNNER_UP_GAP):
+            if unit in used or (paragraphs and (total[i] < total[order[0]] - RUNNER_UP_GAP
+                                                or not scored.coverage[i])):
                 continue
             fresh = [u for u in _with_context(unit, all_units) if u not in used]
             grown = size + sum(len(u.text) for u in fresh)

@@ -12,9 +12,12 @@ from django.test.utils import CaptureQueriesContext
 from accounts.tokens import token_create
 from chat.api import PREVIEW_CHARS
 from chat.models import Feedback, Message
+from chat.selectors import conversation_replay
 from chat.services import answer_produce, question_ask
 from kb.models import Document
 from tests.chat.conftest import EXPORT_QUESTION, VAULT_QUESTION
+from tests.chat.openai_stub import StubOpenAI
+from tests.chat.test_answering import use_stub
 
 
 def answered(user: Any, question: str) -> Message:
@@ -208,3 +211,71 @@ def test_the_asker_rates_their_own_answer_and_nobody_else_can(
     assert body["messages"][1]["rating"] == -1
     assert client.post(f"/api/messages/{answer.question_id}/rating", {"rating": 1},
                        content_type="application/json").status_code == 404  # a question is not an answer
+
+
+UNSUPPORTED_TOKENS = ("The", " Export", " dialog", " offers", " XLSX", " and", " JSON", " [1].", " The", " Export",
+                      " button", " opens", " the", " Export", " dialog", " [1].")
+
+
+def answered_unsupported(user: Any, settings: Any) -> Message:
+    """An answer (from a model server speaking the OpenAI protocol) whose first sentence its quote does not back."""
+    with StubOpenAI(UNSUPPORTED_TOKENS) as stub:
+        use_stub(settings, stub)
+        return answered(user, EXPORT_QUESTION)
+
+
+def test_an_unsupported_claim_is_stored_and_shown_in_replay_rest_and_html(
+    corpus: dict[str, Document], people: dict[str, Any], client: Client, settings: Any
+) -> None:
+    answer = answered_unsupported(people["carol"], settings)
+    [claim] = answer.unsupported
+    assert claim["sentence"].startswith("The Export dialog offers XLSX and JSON") and claim["numbers"] == [1]
+    assert {"xlsx", "json"} <= set(claim["missing"]) and claim["verdict"] == "open"
+    client.force_login(people["carol"])
+    reply = client.get(f"/api/conversations/{answer.conversation_id}").json()["messages"][1]
+    assert [c["sentence"] for c in reply["unsupported"]] == [claim["sentence"]]
+    assert reply["html"].count("not found in source") == 1 and 'class="unsupported"' in reply["html"]
+    done = conversation_replay(answer.conversation, viewer=people["carol"])[-1]
+    assert done["type"] == "done" and done["unsupported"] == [claim] and done["html"] == reply["html"]
+    # An answer withheld from its reader keeps its sentences to itself, the flagged one included.
+    answer.source_documents = [*answer.source_documents, corpus["vault"].pk]
+    answer.save(update_fields=["source_documents"])
+    hidden = client.get(f"/api/conversations/{answer.conversation_id}").json()["messages"][1]
+    assert hidden["withheld"] and hidden["unsupported"] == [] and "XLSX" not in json.dumps(hidden)
+
+
+def test_the_review_desk_lists_unsupported_claims_first_and_staff_confirm_or_dismiss_them(
+    corpus: dict[str, Document], people: dict[str, Any], client: Client, settings: Any
+) -> None:
+    older = answered_unsupported(people["carol"], settings)
+    newer = [answered(people["carol"], EXPORT_QUESTION) for _ in range(2)]
+    assert all(m.unsupported == [] for m in newer)
+    client.force_login(people["sam"])
+    listed = client.get("/api/review/answers").json()
+    assert [a["id"] for a in listed] == [older.pk, newer[1].pk, newer[0].pk]
+    assert listed[0]["unsupported"][0]["verdict"] == "open"
+    # The keyset follows the same order, page after page.
+    first = client.get("/api/review/answers", {"limit": 1}).json()
+    second = client.get("/api/review/answers", {"limit": 1, "before": first[0]["id"]}).json()
+    third = client.get("/api/review/answers", {"limit": 1, "before": second[0]["id"]}).json()
+    assert [p[0]["id"] for p in (first, second, third)] == [older.pk, newer[1].pk, newer[0].pk]
+
+    url = f"/api/review/answers/{older.pk}/unsupported/0"
+    client.force_login(people["alice"])
+    assert client.post(url, {"verdict": "confirmed"}, content_type="application/json").status_code == 404
+    client.force_login(people["sam"])
+    assert client.post(url, {"verdict": "maybe"}, content_type="application/json").status_code == 422
+    assert client.post(f"/api/review/answers/{older.pk}/unsupported/1", {"verdict": "dismissed"},
+                       content_type="application/json").status_code == 422
+    confirmed = client.post(url, {"verdict": "confirmed"}, content_type="application/json")
+    assert confirmed.status_code == 200, confirmed.content
+    body = confirmed.json()
+    assert body["unsupported"][0]["verdict"] == "confirmed" and body["unsupported"][0]["reviewer"] == "sam"
+    [flag] = body["feedback"]
+    assert flag["kind"] == "unsupported" and flag["citation"] == 1 and "XLSX" in flag["note"]
+    # Judged claims no longer jump the queue; confirming twice files one flag.
+    assert [a["id"] for a in client.get("/api/review/answers").json()] == [newer[1].pk, newer[0].pk, older.pk]
+    client.post(url, {"verdict": "confirmed"}, content_type="application/json")
+    assert Feedback.objects.filter(message=older).count() == 1
+    dismissed = client.post(url, {"verdict": "dismissed"}, content_type="application/json").json()
+    assert dismissed["unsupported"][0]["verdict"] == "dismissed"

@@ -105,3 +105,15 @@ def test_the_demo_failover_question_is_answered_from_manual_failover_in_steps(pe
     lead = int(re.search(r"\[(\d+)\]", done["text"]).group(1))
     assert "Manual failover" in next(c["label"] for c in citations if c["number"] == lead)
     assert "Maintenance windows" not in done["text"]
+
+
+
+def test_a_runner_up_must_hold_one_of_the_questions_words_not_just_sound_like_the_manual() -> None:
+    text = answer(
+        "How do I export the Shipments list, and which formats does the Export dialog offer?",
+        "The CSV tab exports the rows that match the current filters. Saved filters appear in the Views menu on the "
+        "left of the filter bar. The filter bar above the table has a Status dropdown, a Carrier field and a Date "
+        "range picker.",
+    )
+    assert text.startswith("The CSV tab exports the rows that match the current filters [1]."), text
+    assert "Views menu" not in text and "Status dropdown" not in text, text

@@ -6,6 +6,7 @@ same service (chat.services.answer_produce)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 from chat.api import PREVIEW_CHARS
 from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS, VAULT, VAULT_QUESTION
-from tests.conftest import start_worker, stop_process
+from tests.conftest import ROOT, start_worker, stop_process
 from tests.factories import ingested_document
 from tests.web.conftest import assert_clean, assert_fits_width, assert_labelled, screenshot
 from tests.web.test_browser import HOSTILE_MD, PHONE, first_mark_in_view, text_of_marks
@@ -242,3 +243,59 @@ def test_sam_flags_a_citation_and_finds_it_under_flagged(open_page: Any, people:
     assert "no PDF tab any more" in flagged.inner_text()
     assert_clean(page)
     screenshot(page, "review-flagged")
+
+
+# --------------------------------------------------------------------------- (f) the demo's example question
+
+
+def test_the_demo_failover_question_is_answered_in_steps_led_by_manual_failover(
+    open_page: Any, people: dict[str, Any], paced_worker: Any
+) -> None:
+    runbook = ROOT / "demo" / "corpus" / "engineering" / "runbook-planning-database-failover.md"
+    ingested_document(runbook.read_text(encoding="utf-8"), runbook.name)
+    page = open_page(people["alice"])
+    page.goto("/")
+    ask_in_page(page, "How do I fail over the planning database?")
+    page.wait_for_function("() => window.__kbAsk.events.includes('done')", timeout=60_000)
+
+    lines = [line.strip() for line in page.locator("#answer .turn-answer").last.inner_text().splitlines()]
+    numbered = [int(m.group(1)) for m in (re.match(r"(\d+)\. ", line) for line in lines) if m]
+    assert numbered[:3] == [1, 2, 3], lines
+    assert lines[0].startswith("1. ") and not any("Maintenance windows" in line for line in lines), lines
+    # The lead citation (the first step's) opens the runbook's Manual failover section.
+    chip = page.locator("#answer .cite-chip").first
+    chip.hover()
+    assert "Manual failover" in page.locator("#answer .cite-preview").first.inner_text()
+    screenshot(page, "ask-failover-steps")
+
+
+def test_sam_sees_an_unsupported_claim_first_and_confirms_it(
+    open_page: Any, people: dict[str, Any], settings: Any
+) -> None:
+    from chat.models import Feedback, Message
+    from tests.chat.openai_stub import StubOpenAI
+    from tests.chat.test_answering import use_stub
+    from tests.chat.test_api import UNSUPPORTED_TOKENS
+
+    ingested_document(SHIPMENTS, "shipments.md")
+    with StubOpenAI(UNSUPPORTED_TOKENS) as stub:
+        use_stub(settings, stub)
+        flagged = answered(people["alice"], EXPORT_QUESTION)
+    settings.KB_ANSWER_BACKEND = "extractive"
+    newer = answered(people["alice"], EXPORT_QUESTION)
+    assert flagged.unsupported and not newer.unsupported
+
+    page = open_page(people["sam"])
+    page.goto("/review/")
+    page.wait_for_selector("#review-list[data-loaded=true]")
+    first = page.locator(".review-item").first
+    assert first.get_attribute("data-message") == str(flagged.pk)  # older, but it has an unjudged claim
+    claim = first.locator(".unsupported-claim")
+    assert "The Export dialog offers XLSX and JSON" in claim.inner_text()
+    assert "not found in source [1]" in claim.inner_text()
+    assert_labelled(page)
+    screenshot(page, "review-unsupported")
+    claim.get_by_role("button", name="Confirm").click()
+    page.wait_for_selector(".unsupported-claim[data-verdict=confirmed]")
+    assert Message.objects.get(pk=flagged.pk).unsupported[0]["verdict"] == "confirmed"
+    assert Feedback.objects.get(message=flagged).kind == "unsupported"

@@ -85,6 +85,39 @@
     return form;
   }
 
+  /* Sentences the citation check found unsupported by their quotes: a reviewer confirms or dismisses each. */
+  function claimList(answer) {
+    var ul = el("ul", "unsupported-claims");
+    answer.unsupported.forEach(function (claim, index) {
+      var li = el("li", "unsupported-claim");
+      li.setAttribute("data-verdict", claim.verdict);
+      li.appendChild(el("q", "", claim.sentence));
+      li.appendChild(el("small", "unsupported-note", " not found in source " +
+        claim.numbers.map(function (n) { return "[" + n + "]"; }).join(" ") +
+        (claim.missing.length ? " (missing: " + claim.missing.join(", ") + ")" : "")));
+      var verdict = el("span", "claim-verdict muted", claim.verdict === "open" ? "" : " " + claim.verdict);
+      li.appendChild(verdict);
+      [["confirmed", "Confirm"], ["dismissed", "Dismiss"]].forEach(function (choice) {
+        var button = el("button", "claim-" + choice[0], choice[1]);
+        button.type = "button";
+        button.addEventListener("click", function () {
+          fetch("/api/review/answers/" + answer.id + "/unsupported/" + index, {
+            method: "POST", credentials: "same-origin",
+            headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf() },
+            body: JSON.stringify({ verdict: choice[0] })
+          }).then(function (response) {
+            if (!response.ok) throw new Error("Could not save (" + response.status + ")");
+            li.setAttribute("data-verdict", choice[0]);
+            verdict.textContent = " " + choice[0];
+          }).catch(function (error) { verdict.textContent = " " + error.message; });
+        });
+        li.appendChild(button);
+      });
+      ul.appendChild(li);
+    });
+    return ul;
+  }
+
   function answerItem(answer) {
     var item = el("article", "review-item");
     item.setAttribute("data-message", String(answer.id));
@@ -102,6 +135,8 @@
     item.appendChild(el("p", "review-answer", answer.text || answer.refusal_reason || answer.error || ""));
     var trimmed = answer.text_truncated || answer.citations.some(function (c) { return c.quote_truncated; });
     if (trimmed) item.appendChild(wholeButton(answer, item));
+
+    if (answer.unsupported && answer.unsupported.length) item.appendChild(claimList(answer));
 
     var answerFlags = answer.feedback.filter(function (f) { return !f.citation; });
     if (answerFlags.length) {
