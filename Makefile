@@ -30,7 +30,7 @@ lock: | $(PY)
 	! grep -iE '^(nvidia-|triton)' $(LOCK)
 
 run: install
-	$(PY) -m kb.launcher
+	$(PY) -m kb.runtime.launcher
 
 # Tests get their own embedded servers (var/test), so they never touch a running `make run`.
 test: install chromium

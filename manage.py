@@ -12,7 +12,7 @@ def main() -> None:
     try:
         execute_from_command_line(sys.argv)
     except Exception as exc:
-        from kb.preflight import explain
+        from kb.runtime.preflight import explain
 
         message = explain(exc)
         if message is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
+from django.db.models import Q
 
 if TYPE_CHECKING:
     from django.db.models import QuerySet
@@ -51,10 +52,16 @@ def document_principals(document: Document) -> list[str]:
     return sorted([*(group_principal(pk) for pk in groups), *(user_principal(pk) for pk in users)])
 
 
+def readable_filter(user: Any, *, through: str = "") -> Q:
+    """The sharing rule as a filter on rows that carry an `acl` (documents, chunks), or on rows
+    that reach such rows `through` a relation (`"documents__"` from a folder)."""
+    return Q(**{f"{through}acl__overlap": user_principals(user)})
+
+
 def visible_documents(user: Any) -> QuerySet[Document]:
     from kb.models import Document
 
-    return Document.objects.filter(acl__overlap=user_principals(user))
+    return Document.objects.filter(readable_filter(user))
 
 
 def principals_common(first: list[str], second: list[str]) -> list[str]:
@@ -109,12 +116,10 @@ def document_stage_acl(*, document: Document) -> list[str]:
 
 def visible_folders(user: Any) -> QuerySet[Folder]:
     """Folders whose own grants admit `user`: what a folder list or filter may name to them."""
-    from django.db.models import Q
-
     from kb.models import Folder
 
     if not is_active_user(user):
         return Folder.objects.none()
     mine = (Q(public=True) | Q(users=user) | Q(groups__in=user.groups.all())
-            | Q(documents__acl__overlap=user_principals(user)))
+            | readable_filter(user, through="documents__"))
     return Folder.objects.filter(pk__in=Folder.objects.filter(mine).values("pk"))

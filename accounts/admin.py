@@ -3,9 +3,9 @@ from __future__ import annotations
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils import timezone
 
 from accounts.models import ApiToken, OidcIdentity
+from accounts.tokens import token_revoke
 
 
 @admin.register(ApiToken)
@@ -30,8 +30,10 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke selected tokens", permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
-        n = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
-        self.message_user(request, f"Revoked {n} token(s)")
+        live = list(queryset.filter(revoked_at__isnull=True))
+        for token in live:
+            token_revoke(token=token)
+        self.message_user(request, f"Revoked {len(live)} token(s)")
 
 
 @admin.register(OidcIdentity)

@@ -5,7 +5,7 @@
 
 `--ttft` measures what a user waits for, end to end, on the development corpus
 (../shared/eval): real Daphne and the two Celery workers exactly as `make run` starts them
-(kb.launcher.workers), and for each question the time from `POST /api/ask` to the first
+(kb.runtime.launcher.workers), and for each question the time from `POST /api/ask` to the first
 `token` event on the conversation's websocket. Each run asks the questions once with
 nothing else running and once while `manage.py ingest` indexes the development corpus
 again (into fresh folders, round after round, on the ingest worker); it prints p50/p95

@@ -150,7 +150,7 @@ if __name__ == "__main__":
     if os.environ.get("KB_BENCH_INNER"):
         inner(args.corpus, args.runs)
     else:
-        from kb.embedded import var_dir
+        from kb.runtime.embedded import var_dir
 
         target = pdf_corpus(var_dir() / "bench-pdf") if args.pdf else args.corpus
         sys.exit(outer(target, args.runs))

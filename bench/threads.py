@@ -5,7 +5,7 @@
 For each setting of the answer process (1 or 2 torch threads) it embeds the development
 questions one by one, first alone, then while another process encodes chunk texts in a loop
 the way the ingest worker does (all cores, niced by 10, OMP_WAIT_POLICY=PASSIVE, as
-kb.launcher starts it). Each setting runs in a fresh process, since torch's thread count
+kb.runtime.launcher starts it). Each setting runs in a fresh process, since torch's thread count
 is fixed when torch is imported. Prints p50/p95 per setting, medians over the runs, with
 the load average beside each.
 """

@@ -1,7 +1,7 @@
 """`bench/chat.py --ttft`: what an asker waits for, end to end, quiet and while documents are indexed.
 
 Runs inside bench/chat.py's scratch database. Starts Daphne and the two workers exactly as
-`make run` does (kb.launcher.workers: the answer worker with one torch thread per process,
+`make run` does (kb.runtime.launcher.workers: the answer worker with one torch thread per process,
 the ingest worker niced), then per question: `POST /api/ask` with a Bearer token, open the
 conversation's websocket with the session cookie (as the browser does once the POST
 returns), and stop the clock at the first `token` event. Refused questions (NO ANSWER)
@@ -36,8 +36,8 @@ class _Server:
     """Daphne and make run's two workers against this database, stopped on exit."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        from kb.embedded import free_port
-        from kb.launcher import wait_for_port, workers
+        from kb.runtime.embedded import free_port
+        from kb.runtime.launcher import wait_for_port, workers
 
         self.port = free_port()
         self.log = Path(tempfile.mkdtemp(prefix="kb-bench-ttft-")) / "server.log"  # kept for a failed run

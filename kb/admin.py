@@ -6,28 +6,28 @@ from typing import Any
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from accounts.acl import document_sync_acl, user_principals, visible_folders
+from accounts.acl import document_sync_acl, readable_filter, visible_folders
 from kb.ingest.pipeline import RUNNING, STAGES
 from kb.ingest.version import current_index_version
 from kb.models import Chunk, Document, Folder
 from kb.selectors import document_is_stale, documents_stale
-from kb.services import document_delete, document_queue_ingest
+from kb.services import document_delete, document_queue_ingest, folder_sync_documents
 from search import late, rerank
 
 
 class VisibleRowsMixin:
-    """Staff who are not superusers list only rows they may read, like on every other surface."""
+    """Staff who are not superusers list only rows they may read (accounts.acl's rule), like on every other surface."""
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         queryset: QuerySet[Any] = super().get_queryset(request)  # type: ignore[misc]
         if request.user.is_superuser:
             return queryset
-        return queryset.filter(acl__overlap=user_principals(request.user))
+        return queryset.filter(readable_filter(request.user))
 
 
 @admin.register(Folder)
@@ -40,7 +40,7 @@ class FolderAdmin(admin.ModelAdmin):
         if request.user.is_superuser:
             folders: QuerySet[Folder] = super().get_queryset(request)
             return folders.annotate(n_documents=Count("documents"))
-        readable = Q(documents__acl__overlap=user_principals(request.user))
+        readable = readable_filter(request.user, through="documents__")
         return visible_folders(request.user).annotate(n_documents=Count("documents", filter=readable))
 
     @admin.display(description="Documents", ordering="n_documents")
@@ -49,8 +49,7 @@ class FolderAdmin(admin.ModelAdmin):
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         super().save_related(request, form, formsets, change)
-        for document in form.instance.documents.filter(inherit_access=True):
-            document_sync_acl(document=document)
+        folder_sync_documents(folder=form.instance)
 
 
 class VisibleFolderFilter(admin.RelatedFieldListFilter):

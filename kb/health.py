@@ -17,7 +17,7 @@ def check_database() -> dict[str, Any]:
     try:
         connection.ensure_connection()
     except OperationalError:
-        from kb.preflight import database_problem, database_url
+        from kb.runtime.preflight import database_problem, database_url
 
         raise RuntimeError(database_problem(database_url(connection.settings_dict))) from None
     with connection.cursor() as cursor:
@@ -42,7 +42,7 @@ def check_redis() -> dict[str, Any]:
     try:
         client.ping()
     except redis.RedisError:
-        from kb.preflight import redis_problem
+        from kb.runtime.preflight import redis_problem
 
         raise RuntimeError(redis_problem(settings.REDIS_URL)) from None
     return {"version": client.info("server").get("redis_version")}

@@ -55,13 +55,6 @@ def user_can_manage_documents(user: Any) -> bool:
     return bool(user.is_superuser or (user.is_staff and user.has_perm("kb.add_document")))
 
 
-def user_is_reviewer(user: Any) -> bool:
-    """Support staff (members of KB_REVIEW_GROUP, default `support`, and superusers): chat's own rule."""
-    from chat.selectors import is_reviewer
-
-    return is_reviewer(user)
-
-
 def documents_followable(user: Any) -> QuerySet[Document]:
     """Documents whose pipeline status `user` may follow and retry: what they may read, plus, for
     admins, what they uploaded themselves (an upload restricted to groups they are not in)."""

@@ -199,6 +199,11 @@ def folder_set_access(*, folder: Folder, public: bool, groups: Iterable[Group] =
     folder.save(update_fields=["public"])
     folder.groups.set(list(groups))
     folder.users.set(list(users))
+    return folder_sync_documents(folder=folder)
+
+
+def folder_sync_documents(*, folder: Folder) -> int:
+    """Re-derive every document that inherits `folder`'s grants (after they changed); returns how many."""
     inheriting = Document.objects.filter(folder=folder, inherit_access=True).select_related("folder")
     for document in inheriting:
         document_sync_acl(document=document)

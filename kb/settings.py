@@ -1,7 +1,7 @@
 """All configuration comes from the environment; see README "Configuration" for every variable.
 
 Without DATABASE_URL / REDIS_URL the embedded PostgreSQL and Redis under ./var are
-started or reused (kb.embedded), so every entry point (manage.py, Daphne, Celery,
+started or reused (kb.runtime.embedded), so every entry point (manage.py, Daphne, Celery,
 pytest) works on a bare machine.
 """
 
@@ -22,8 +22,9 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from kb import embedded, queues
+from kb import queues
 from kb.env import env_bool, env_float, env_int, env_list, env_secret, env_str
+from kb.runtime import embedded
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = embedded.var_dir()
@@ -92,6 +93,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "chat.context_processors.review_access",
             ],
         },
     },
@@ -191,7 +193,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TRACK_STARTED = True
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_RESULT_EXPIRES = 24 * 3600
-# Two queues, each with its own workers (kb/launcher.py): an answer never waits behind a
+# Two queues, each with its own workers (kb/runtime/launcher.py): an answer never waits behind a
 # document. Everything not routed (ingestion, statistics refresh) goes to the ingest queue.
 CELERY_TASK_DEFAULT_QUEUE = queues.INGEST
 CELERY_TASK_ROUTES = {"chat.answer_message": {"queue": queues.ANSWERS}}

@@ -3,11 +3,12 @@ from django.contrib import admin
 from django.urls import include, path
 
 from accounts.views import LoginView, LogoutView
+from chat import views as chat_views
 from kb import views
 from kb.api import api
 
 urlpatterns = [
-    path("", views.ask, name="ask"),
+    path("", chat_views.ask, name="ask"),
     path("healthz", views.healthz, name="healthz"),
     path("accounts/login/", LoginView.as_view(), name="login"),
     path("accounts/logout/", LogoutView.as_view(), name="logout"),
@@ -16,7 +17,7 @@ urlpatterns = [
     path("library/documents/<int:pk>/retry", views.library_retry, name="library-retry"),
     path("documents/<int:pk>/", views.document_view, name="document"),
     path("documents/<int:pk>/download", views.document_download, name="document-download"),
-    path("review/", views.review, name="review"),
+    path("review/", chat_views.review, name="review"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
 ]

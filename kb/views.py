@@ -1,5 +1,6 @@
-"""HTTP views of the browser UI. Each one parses the request, calls a selector or a
-service, and renders; the rules live in kb.selectors, kb.services and accounts.acl."""
+"""kb's browser pages: the library, the document viewer and downloads, and /healthz. Each one
+parses the request, calls a selector or a service, and renders; the rules live in kb.selectors,
+kb.services and accounts.acl. Chat's pages (Ask, Review) are in chat/views.py."""
 
 from __future__ import annotations
 
@@ -27,7 +28,6 @@ from kb.selectors import (
     library_documents,
     library_folders,
     user_can_manage_documents,
-    user_is_reviewer,
 )
 from kb.services import DocumentStateConflict, UploadRejected, document_retry
 from kb.web import (
@@ -47,24 +47,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
     report = health_report()
     body = report if request.user.is_staff else public_summary(report)
     return JsonResponse(body, status=200 if report["ok"] else 503)
-
-
-# --------------------------------------------------------------------------- Ask and Review
-
-
-@login_required
-def ask(request: HttpRequest) -> HttpResponse:
-    """The Ask page. The chat backend wires in through the data-* hooks of templates/ask.html."""
-    return render(request, "ask.html", {"max_question": 2000})
-
-
-@login_required
-def review(request: HttpRequest) -> HttpResponse:
-    """The review desk for support staff; everyone else gets the same 404 as for a missing page."""
-    if not user_is_reviewer(request.user):
-        raise Http404("No such page")
-    flagged = request.GET.get("filter") == "flagged"
-    return render(request, "review.html", {"flagged": flagged})
 
 
 # --------------------------------------------------------------------------- documents

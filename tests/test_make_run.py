@@ -19,7 +19,7 @@ import psutil
 import pytest
 import websockets
 
-from kb.embedded import free_port
+from kb.runtime.embedded import free_port
 from tests.conftest import OUTPUT, ROOT
 
 READY = re.compile(r"Knowledge base ready at (http://\S+)")
@@ -150,7 +150,7 @@ def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         port = busy.getsockname()[1]
         env = dict(os.environ, PORT=str(port), KB_VAR_DIR=str(tmp_path))
         result = subprocess.run(
-            [str(ROOT / ".venv/bin/python"), "-m", "kb.launcher"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+            [str(ROOT / ".venv/bin/python"), "-m", "kb.runtime.launcher"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
         )
     assert result.returncode == 2
     assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
@@ -165,7 +165,7 @@ def test_an_unreachable_redis_stops_make_run_before_it_starts(tmp_path: Path) ->
     redis_port = free_port()
     env = service_env(PORT=str(free_port()), KB_VAR_DIR=str(tmp_path), REDIS_URL=f"redis://127.0.0.1:{redis_port}/0")
     result = subprocess.run(
-        [str(ROOT / ".venv/bin/python"), "-m", "kb.launcher"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        [str(ROOT / ".venv/bin/python"), "-m", "kb.runtime.launcher"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2
     assert f"REDIS_URL: cannot connect to Redis at 127.0.0.1:{redis_port}" in result.stderr

@@ -6,8 +6,6 @@ from typing import Any
 
 from django import template
 
-from kb.selectors import user_is_reviewer
-
 register = template.Library()
 
 
@@ -22,7 +20,8 @@ def nav_items(context: dict[str, Any]) -> list[dict[str, Any]]:
     match = getattr(request, "resolver_match", None)
     current = match.url_name if match else ""
     items = [("Ask", "/", current == "ask"), ("Library", "/library/", current in {"library", "document"})]
-    if user_is_reviewer(user):
+    may_review = context.get("may_review")  # from chat.context_processors: chat owns the rule
+    if may_review is not None and may_review():
         items.append(("Review", "/review/", current == "review"))
     if user.is_staff:
         items.append(("Admin", "/admin/", False))

@@ -7,7 +7,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from kb import embedded
+from kb.runtime import embedded
 from tests.conftest import manage, service_env
 
 

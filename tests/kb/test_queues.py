@@ -9,8 +9,8 @@ from typing import Any, cast
 import pytest
 
 from kb.celery import app
-from kb.launcher import workers
 from kb.queues import ANSWERS, INGEST
+from kb.runtime.launcher import workers
 from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS
 from tests.conftest import start_worker, stop_process
 from tests.factories import ingested_document

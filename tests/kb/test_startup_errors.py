@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kb.embedded import free_port
+from kb.runtime.embedded import free_port
 from tests.conftest import manage, service_env
 
 

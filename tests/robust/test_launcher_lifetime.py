@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kb.embedded import free_port
+from kb.runtime.embedded import free_port
 from tests.conftest import OUTPUT, ROOT
 from tests.test_make_run import _our_processes, _wait_for_line
 
@@ -32,7 +32,7 @@ def launch(var_dir: Path, name: str) -> subprocess.Popen[bytes]:
     OUTPUT.mkdir(exist_ok=True)
     log = OUTPUT / f"launcher-{name}.log"
     with open(log, "wb") as out:
-        launcher = subprocess.Popen([sys.executable, "-m", "kb.launcher"], cwd=ROOT, env=env, stdout=out,
+        launcher = subprocess.Popen([sys.executable, "-m", "kb.runtime.launcher"], cwd=ROOT, env=env, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
     _wait_for_line(log, launcher, timeout=240)
     return launcher

@@ -44,7 +44,7 @@ def test_only_database_url_is_refused() -> None:
 def test_the_launcher_refuses_it_too(tmp_path: object) -> None:
     env = production(KB_VAR_DIR=str(tmp_path))
     del env["REDIS_URL"]
-    result = subprocess.run([sys.executable, "-m", "kb.launcher"], cwd=ROOT, env=env, capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "kb.runtime.launcher"], cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 2
     assert "DATABASE_URL is set but REDIS_URL is not" in result.stderr

@@ -25,8 +25,8 @@ from django.utils import timezone
 from chat.events import group_name
 from chat.models import Message
 from chat.services import answers_expire, question_ask
-from kb import embedded
 from kb.models import Document
+from kb.runtime import embedded
 from kb.services import document_upload, documents_requeue_stuck
 from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS
 from tests.chat.openai_stub import StubOpenAI

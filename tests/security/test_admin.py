@@ -8,10 +8,11 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
+from accounts.acl import visible_documents
 from accounts.tokens import token_authenticate, token_create
 from chat.models import Message
 from chat.services import answer_produce, question_ask
-from kb.models import Document, Folder
+from kb.models import Chunk, Document, Folder
 from kb.services import folder_set_access
 from tests.chat.conftest import VAULT, VAULT_QUESTION
 from tests.factories import ingested_document
@@ -74,3 +75,18 @@ def test_the_document_file_cannot_be_swapped_in_the_admin(staff: Client, people:
     page = staff.get(f"/admin/kb/document/{document.pk}/change/").content.decode()
     assert 'name="file"' not in page
     assert Document.objects.get(pk=document.pk).filename == "office.md"
+
+
+def test_a_folder_shared_in_the_admin_shares_its_documents_and_their_chunks(people: dict[str, Any]) -> None:
+    folder = Folder.objects.create(name="Office 12")
+    folder_set_access(folder=folder, public=False, groups=[people["groups"]["engineering"]])
+    document = ingested_document("# Office\n\n## Hours\n\nThe office opens at eight.\n", "office.md", folder=folder)
+    assert not visible_documents(people["carol"]).filter(pk=document.pk).exists()
+    admin = Client()
+    admin.force_login(people["admin"])
+    response = admin.post(f"/admin/kb/folder/{folder.pk}/change/", {"name": folder.name, "public": "on"})
+    assert response.status_code == 302
+    document.refresh_from_db()
+    assert visible_documents(people["carol"]).filter(pk=document.pk).exists()
+    chunk_acls = list(Chunk.objects.filter(document=document).values_list("acl", flat=True))
+    assert chunk_acls and all(acl == document.acl for acl in chunk_acls)

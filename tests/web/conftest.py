@@ -85,7 +85,7 @@ def daphne(name: str = "web", **env: str) -> Iterator[str]:
     environment (e.g. single sign-on settings); yields its base URL."""
     from django.conf import settings
 
-    from kb.embedded import free_port
+    from kb.runtime.embedded import free_port
 
     port = free_port()
     OUTPUT.mkdir(exist_ok=True)

@@ -34,7 +34,7 @@ class Provider:
 
 @pytest.fixture
 def provider(tmp_path: Path) -> Iterator[Provider]:
-    from kb.embedded import free_port
+    from kb.runtime.embedded import free_port
 
     directory = tmp_path / "idp"
     subprocess.run([sys.executable, "-m", "tests.oidc_idp.bootstrap", str(directory), "init"], cwd=ROOT, check=True,

@@ -51,7 +51,7 @@ def explain(exc: BaseException) -> str | None:
     from django.core.exceptions import ImproperlyConfigured
     from django.db import OperationalError
 
-    from kb.embedded import EmbeddedServiceError
+    from kb.runtime.embedded import EmbeddedServiceError
 
     if isinstance(exc, (ImproperlyConfigured, EmbeddedServiceError)):
         return str(exc)

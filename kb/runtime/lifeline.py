@@ -7,9 +7,9 @@ Two mechanisms, because neither covers everything alone:
   process may share them. A watcher process in its own session holds the read end of a
   pipe whose write end only the launcher holds; end of file means the launcher is gone,
   then the watcher stops the children's process groups and leaves the embedded servers
-  on the launcher's behalf (the last user stops them, as kb.embedded arranges).
+  on the launcher's behalf (the last user stops them, as kb.runtime.embedded arranges).
 
-Run as `python -m kb.lifeline`; it reads `group PGID` and `service NAME` lines on stdin,
+Run as `python -m kb.runtime.lifeline`; it reads `group PGID` and `service NAME` lines on stdin,
 and `release` when the launcher has stopped everything itself.
 """
 
@@ -50,7 +50,7 @@ class Lifeline:
     @classmethod
     def start(cls) -> Lifeline:
         watcher = subprocess.Popen(
-            [sys.executable, "-m", "kb.lifeline"], stdin=subprocess.PIPE, text=True, start_new_session=True
+            [sys.executable, "-m", "kb.runtime.lifeline"], stdin=subprocess.PIPE, text=True, start_new_session=True
         )
         if watcher.stdin is None:  # cannot happen with stdin=PIPE; keeps the type narrow
             raise RuntimeError("the lifeline watcher has no stdin")
@@ -105,7 +105,7 @@ def stop_groups(pgids: list[int], grace: float = GROUP_GRACE_SECONDS) -> None:
 
 def watch(stream: IO[str]) -> None:
     """Read the launcher's lines until end of file; then stop what it left, unless it released it."""
-    from kb import embedded
+    from kb.runtime import embedded
 
     groups: list[int] = []
     services: list[str] = []

@@ -46,7 +46,7 @@ class Service:
 
 def var_dir() -> Path:
     configured = os.environ.get("KB_VAR_DIR")
-    root = Path(configured) if configured else Path(__file__).resolve().parent.parent / "var"
+    root = Path(configured) if configured else Path(__file__).resolve().parents[2] / "var"
     root.mkdir(parents=True, exist_ok=True)
     return root.resolve()
 

@@ -3,7 +3,7 @@
 Everything started here is stopped here: children run in their own process groups
 so the launcher decides the order (web and worker first, then Redis and PostgreSQL).
 SIGINT, SIGTERM and SIGHUP (a closed terminal) all stop it the same way, and if the
-launcher itself dies before it is done (SIGKILL), kb.lifeline stops what it left.
+launcher itself dies before it is done (SIGKILL), kb.runtime.lifeline stops what it left.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import cast
 
-from kb import embedded, queues
-from kb.lifeline import Lifeline, die_with_parent
-from kb.preflight import service_problems
+from kb import queues
+from kb.runtime import embedded
+from kb.runtime.lifeline import Lifeline, die_with_parent
+from kb.runtime.preflight import service_problems
 
 DEMO_LOGINS = (
     ("admin", "admin", "administrator (all documents, admin site)"),
