@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import textwrap
 from email.message import EmailMessage
 from pathlib import Path
 
@@ -269,14 +270,7 @@ def build_pdf(path: Path) -> None:
 
 
 def _wrap(text: str, width: int = 92) -> list[str]:
-    lines, line = [], ""
-    for word in text.split():
-        if line and len(line) + 1 + len(word) > width:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}".strip()
-    return [*lines, line]
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)
 
 
 BUILDERS = {

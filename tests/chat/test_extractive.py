@@ -36,23 +36,16 @@ def test_units_undo_bullets_and_pipes_skip_headings_and_keep_code_whole() -> Non
 
 
 def test_the_answer_leads_with_the_sentence_that_answers_not_the_one_sharing_most_words() -> None:
-    text = answer(
+    ask = (
         "Which formats does the Export dialog offer?",
         "The Export dialog is where exports start, and the Export dialog remembers the last export. "
         "The Export button opens the Export dialog, which has two tabs, CSV and PDF. "
         "Large exports are emailed.",
         "The filter bar has a Status dropdown. Nothing about exports here.",
-        intent=SCREEN,
     )
+    text = answer(*ask, intent=SCREEN)
     assert text.startswith("The Export button opens the Export dialog, which has two tabs, CSV and PDF [1]."), text
-    assert text == answer(
-        "Which formats does the Export dialog offer?",
-        "The Export dialog is where exports start, and the Export dialog remembers the last export. "
-        "The Export button opens the Export dialog, which has two tabs, CSV and PDF. "
-        "Large exports are emailed.",
-        "The filter bar has a Status dropdown. Nothing about exports here.",
-        intent=SCREEN,
-    )  # deterministic
+    assert text == answer(*ask, intent=SCREEN)  # deterministic
 
 
 def test_a_sentence_that_leans_on_the_one_before_keeps_it() -> None:

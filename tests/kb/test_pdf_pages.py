@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import textwrap
 from typing import Any
 
 import pytest
@@ -22,14 +23,7 @@ FILLER = (
 
 
 def _lines(text: str, width: int = 88) -> list[str]:
-    lines, line = [], ""
-    for word in text.split():
-        if line and len(line) + 1 + len(word) > width:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}".strip()
-    return [*lines, line]
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)
 
 
 def build_pdf(pages: list[list[str]], *, header: str | None = "Northwind operations handbook") -> bytes:
