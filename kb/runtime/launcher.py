@@ -199,7 +199,8 @@ def say(line: str) -> None:
 def run(host: str, port: int) -> int:
     if port_in_use(host, port):
         raise LaunchError(f"port {port} on {host} is already in use; stop what is using it or set PORT=<another port>")
-    for signum in (signal.SIGTERM, signal.SIGHUP):
+    # SIGINT too: a launcher started in the background by a non-interactive shell inherits it ignored.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_interrupt)
     if partial := embedded.partial_configuration():
         raise LaunchError(partial)
