@@ -77,13 +77,18 @@ def _alive(pid: int, name: str) -> bool:
 
 
 def _wait_gone(pid: int, timeout: float) -> bool:
-    try:
-        psutil.Process(pid).wait(timeout)
-    except psutil.NoSuchProcess:
-        return True
-    except psutil.TimeoutExpired:
-        return False
-    return True
+    """Whether `pid` exited within `timeout`. An exited daemon counts as gone while it is still a
+    zombie: its parent is init, which may take a second or more to reap it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 # PostgreSQL ------------------------------------------------------------------

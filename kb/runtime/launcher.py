@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import cast
@@ -23,6 +24,8 @@ from kb import queues
 from kb.runtime import embedded
 from kb.runtime.lifeline import Lifeline, die_with_parent
 from kb.runtime.preflight import service_problems
+
+STOP_GRACE_SECONDS = 10.0
 
 DEMO_LOGINS = (
     ("admin", "admin", "administrator (all documents, admin site)"),
@@ -61,22 +64,25 @@ def wait_for_port(host: str, port: int, timeout: float, process: subprocess.Pope
     raise LaunchError(f"the web server did not listen on {host}:{port} within {timeout:.0f}s")
 
 
-def stop_process_group(process: subprocess.Popen[bytes], timeout: float = 30) -> None:
-    """SIGTERM the child (Celery finishes its current task, then stops its pool), then SIGKILL its group."""
-    if process.poll() is None:
-        try:
-            process.terminate()
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)  # stragglers in the group, if any
-    except ProcessLookupError:
-        pass
-    process.wait()
+def stop_process_groups(processes: Sequence[subprocess.Popen[bytes]], grace: float = STOP_GRACE_SECONDS) -> None:
+    """SIGTERM every child at once, then SIGKILL each one's group after `grace` seconds.
+
+    All at once, so stopping takes the slowest child's time rather than the sum: a Celery
+    worker stopped while its pool is still loading the model waits for that load. A task
+    cut off by the SIGKILL is not lost (acks_late, and chat.sweeper heals what was running).
+    """
+    for process in processes:
+        if process.poll() is None:
+            with suppress(ProcessLookupError):
+                process.terminate()
+    deadline = time.monotonic() + grace
+    for process in processes:
+        with suppress(subprocess.TimeoutExpired):
+            process.wait(max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # stragglers in the group, if any
+        process.wait()
 
 
 @dataclass
@@ -131,8 +137,7 @@ class Launcher:
             time.sleep(0.5)
 
     def shutdown(self) -> None:
-        for process in reversed(self.children):
-            stop_process_group(process)
+        stop_process_groups(self.children)
         self.children.clear()
         for name in reversed(self.owned):
             embedded.leave(name)
