@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from kb.ingest.extract import FRONT_MATTER, Extracted, Heading
 from kb.ingest.formats.pages import CONTINUES
-from kb.ingest.tokens import WINDOW, count_tokens
+from kb.ingest.tokens import WINDOW, PieceIndex, count_tokens
 
 PIPELINE_VERSION: int = 2  # 2: a chunk may cross a PDF page break where the text runs on
 
@@ -226,6 +226,7 @@ class _Cutter:
         self._header_counts: dict[str, int] = {}
         self._headers: dict[tuple[str, ...], str] = {}
         self._counts: dict[tuple[str, int, int], int] = {}
+        self._index: PieceIndex | None = None  # the segment being cut, tokenized once
 
     # ---- helpers
 
@@ -255,7 +256,13 @@ class _Cutter:
     def tokens(self, header: str, start: int, end: int) -> int:
         key = (header, start, end)
         if key not in self._counts:
-            self._counts[key] = self.count(header + "\n" + self.text[start:end])
+            # `header + "\n" + content` splits between the two, so its pieces are the header's
+            # (with [CLS] and [SEP]) plus the content's.
+            pieces = self._index.pieces(start, end) if self._index is not None else None
+            if pieces is not None:
+                self._counts[key] = self.tokens_of(header) + pieces
+            else:
+                self._counts[key] = self.count(header + "\n" + self.text[start:end])
         return self._counts[key]
 
     def fits(self, header: str, start: int, end: int, limit: int | None = None) -> bool:
@@ -273,7 +280,10 @@ class _Cutter:
 
     def content_tokens(self, start: int, end: int) -> int:
         s, e = self.strip(start, end)
-        return self.count(self.text[s:e]) - self.count("") if e > s else 0
+        if e <= s:
+            return 0
+        pieces = self._index.pieces(s, e) if self._index is not None else None
+        return pieces if pieces is not None else self.count(self.text[s:e]) - self.count("")
 
     def fits_one(self, breadcrumb: tuple[str, ...], start: int, end: int) -> bool:
         s, e = self.strip(start, end)
@@ -323,6 +333,8 @@ class _Cutter:
 
     def _parts(self, header: str, start: int, end: int) -> list[Span]:
         """Spans of the parts of an over-budget segment, balanced and overlapping a little."""
+        if self._chars_bound_pieces:  # a cheaper `count` from a test is called as given
+            self._index = PieceIndex(self.text, start, end)
         atoms = self._atoms(header, start, end, level=0)
         greedy = self._pack(header, atoms, self.max_tokens)
         assert greedy is not None  # noqa: S101  (every atom fits alone, so the full budget always packs)
@@ -388,7 +400,9 @@ class _Cutter:
         out = [start + m.end() for m in _PARAGRAPH_BREAK.finditer(chunk)]
         for m in _SENTENCE_END.finditer(chunk):
             nxt = chunk[m.end()] if m.end() < len(chunk) else ""
-            if _starts_sentence(nxt) and not _ABBREVIATION.search(chunk[: m.start() + 1]):
+            # Only the last few characters can hold an abbreviation (\b still sees the one before `pos`):
+            # searching the whole prefix made this quadratic in the length of the span.
+            if _starts_sentence(nxt) and not _ABBREVIATION.search(chunk, max(0, m.start() - 16), m.start() + 1):
                 out.append(start + m.end())
         out += [start + m.end() for m in _ITEM_START.finditer(chunk)]
         return sorted(set(out))

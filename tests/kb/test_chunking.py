@@ -13,7 +13,7 @@ import pytest
 
 from kb.ingest.chunking import MAX_TOKENS, MIN_TOKENS, OVERLAP_TOKENS, Draft, format_header, split
 from kb.ingest.extract import MARKDOWN, Extracted, Heading, Page, detect_mime, extract
-from kb.ingest.tokens import WINDOW, count_tokens
+from kb.ingest.tokens import WINDOW, PieceIndex, count_tokens
 
 # The demo evaluation set ships in the repository, so these tests always run.
 EVAL = Path(__file__).resolve().parents[2] / "demo" / "eval"
@@ -375,3 +375,45 @@ def test_heading_objects_from_other_extractors_are_accepted() -> None:
     extracted = Extracted(text=text, headings=(Heading(1, "Title line", 0, 10),), pages=(), warnings=(), title=None)
     [draft] = split(extracted, title="Doc")
     assert (draft.breadcrumb, draft.content) == (("Doc", "Title line"), "Body of the only section.")
+
+
+# A stretch that tokenizes in every awkward way: accents the normalizer strips, CJK characters
+# it splits one by one, words WordPiece cuts into several pieces, punctuation runs, a URL,
+# a word over WordPiece's 100-character limit, and abbreviations that end no sentence.
+AWKWARD = (
+    "Naïve café owners, e.g. Zoë, état-major; unaffable uncharacteristically 東京都の設定. "
+    "See https://example.com/a/b?c=d&e=f#g (approx. 3 mins) — “quoted”, it's done!!! "
+    + "x" * 120 + " Dr. Müller wrote: 'St. Louis' vs. Ås. "
+)
+
+
+def test_one_tokenization_per_segment_counts_every_span_like_the_tokenizer() -> None:
+    text = AWKWARD + sentences(40, seed="k") + "\n\n" + AWKWARD
+    index = PieceIndex(text, 0, len(text))
+    # Every piece boundary (between words, and between two pieces of one word) and some
+    # offsets inside pieces; spans between them, sampled.
+    from kb.ingest.tokens import _tokenizer
+
+    offsets = _tokenizer().encode(text, add_special_tokens=False).offsets
+    bounds = sorted({0, len(text), *(a for a, _ in offsets), *(b for _, b in offsets), *range(1, len(text), 13)})
+    counted = unknown = 0
+    for start, end in itertools.islice(itertools.combinations(bounds, 2), 0, None, 37):
+        pieces = index.pieces(start, end)
+        if pieces is None:
+            unknown += 1
+            continue
+        counted += 1
+        assert pieces == count_tokens(text[start:end]) - 2, (start, end, text[start:end])
+    assert counted > 500 and unknown > 500  # both kinds of span were tried
+
+
+def test_the_fast_count_cuts_exactly_like_counting_every_span() -> None:
+    """The chunker counts a long section from one tokenization; a counter it cannot shortcut
+    (any other callable) tokenizes every candidate span. Both must cut the same chunks."""
+    body = "\n\n".join(AWKWARD + sentences(90, seed=f"p{i}") for i in range(8))
+    extracted = md(f"# Title\n\n## Long section\n\n{body}\n\n## One huge paragraph\n\n{body.replace(chr(10), ' ')}\n")
+    fast = split(extracted, title="Doc", max_tokens=120)
+    exact = split(extracted, title="Doc", max_tokens=120, count=lambda s: count_tokens(s))
+    assert len(fast) > 20
+    assert fast == exact
+    check_invariants(extracted, fast, max_tokens=120)
