@@ -7,6 +7,7 @@ pytest) works on a bare machine.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -123,6 +124,30 @@ KB_SEARCH_LATE_WEIGHT = env_float("KB_SEARCH_LATE_WEIGHT", 1.0)  # late score's 
 KB_SEARCH_EF_SEARCH = env_int("KB_SEARCH_EF_SEARCH", 400, minimum=1)
 KB_RERANKER_PATH = env_str("KB_RERANKER_PATH", "")  # a local sentence-transformers CrossEncoder directory
 KB_RERANK_FLOOR = env_float("KB_RERANK_FLOOR", -1e9)
+
+# Answerability: answer or refuse (docs/RETRIEVAL.md "Refusal"). A logistic regression over the signals
+# retrieval computes per query, fitted by `manage.py calibrate` on ../shared/eval. KB_ANSWERABILITY_FILE
+# names the JSON file calibrate writes for another corpus; "off" leaves the decision to KB_SEARCH_THRESHOLD.
+KB_ANSWERABILITY_DEFAULT: dict[str, object] = {}
+
+
+def _answerability() -> dict[str, object]:
+    path = env_str("KB_ANSWERABILITY_FILE", "")
+    if path.strip().lower() == "off":
+        return {}
+    if not path:
+        return dict(KB_ANSWERABILITY_DEFAULT)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ImproperlyConfigured(f"KB_ANSWERABILITY_FILE: cannot read {path}: {exc}") from None
+    model = data.get("model", data) if isinstance(data, dict) else None
+    if not isinstance(model, dict) or "coefficients" not in model:
+        raise ImproperlyConfigured(f"KB_ANSWERABILITY_FILE: {path} holds no answerability model (see `manage.py calibrate`)")
+    return model
+
+
+KB_ANSWERABILITY = _answerability()
 
 # Answers (docs/CHAT.md) ---------------------------------------------------------
 

@@ -30,7 +30,7 @@ from accounts.acl import user_principals
 from kb.ingest import embedding
 from kb.ingest.classify import CONCEPT, SCREEN, classify_query
 from kb.models import Chunk, passage_link
-from search import late, rerank
+from search import answerability, late, rerank
 from search.stats import idf_sql
 
 WORD = re.compile(r"[A-Za-z0-9][\w'’.-]*[A-Za-z0-9]|[A-Za-z0-9]")
@@ -66,6 +66,7 @@ class SearchOptions:
     late_weight: float = field(default_factory=lambda: settings.KB_SEARCH_LATE_WEIGHT)
     rerank: bool = True
     rerank_floor: float = field(default_factory=lambda: settings.KB_RERANK_FLOOR)
+    answerability: bool = True  # False: the distance threshold alone decides (as before calibration)
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,9 @@ class SearchResult:
     nearest_distance: float | None
     timings_ms: dict[str, float]
     warnings: list[str] = field(default_factory=list)
+    signals: answerability.Signals | None = None
+    probability: float | None = None  # the answerability model's, when one decided
+    cutoff: float | None = None
 
     @property
     def passed(self) -> list[Hit]:
@@ -120,12 +124,8 @@ class SearchResult:
     def refusal_reason(self) -> str | None:
         if self.answerable:
             return None
-        if self.nearest_distance is None:
-            return "NO ANSWER: no passage you may read matches the question"
-        return (
-            f"NO ANSWER: the nearest passage is at cosine distance {self.nearest_distance:.3f}, "
-            f"above the threshold {self.threshold:.3f}"
-        )
+        return answerability.refusal_reason(self.signals, probability=self.probability, cutoff=self.cutoff,
+                                            threshold=self.threshold)
 
 
 def identifiers(query: str) -> list[str]:
@@ -307,14 +307,17 @@ def _mmr(hits: list[Hit], vectors: dict[int, np.ndarray], *, lam: float, duplica
 
 
 def _late_rerank(query: str, pieces: np.ndarray, hits: list[Hit], texts: dict[int, str], *, depth: int,
-                 weight: float) -> list[Hit]:
-    """The top `depth` hits re-ordered by late-interaction score plus cosine similarity; the rest keep their place."""
+                 weight: float) -> tuple[list[Hit], dict[int, float]]:
+    """The top `depth` hits re-ordered by late-interaction score plus cosine similarity; the rest keep their place.
+    Also each re-scored hit's weakest word match (answerability.weakest_matches), by chunk id."""
     head, tail = hits[:depth], hits[depth:]
     spans = [m.span() for m in WORD.finditer(query)]
-    scores = late.scores(query, pieces, spans, late.chunk_vectors([(h.chunk_id, texts[h.chunk_id]) for h in head]))
+    vectors = late.chunk_vectors([(h.chunk_id, texts[h.chunk_id]) for h in head])
+    scores = late.scores(query, pieces, spans, vectors)
+    weakest = answerability.weakest_matches(pieces, late.query_weights(query, spans), vectors)
     head = [replace(h, late_score=s) for h, s in zip(head, scores, strict=True)]
     head.sort(key=lambda h: (-(weight * (h.late_score or 0.0) + 1 - h.distance), h.chunk_id))
-    return head + tail
+    return head + tail, {h.chunk_id: w for h, w in zip(hits[:depth], weakest, strict=True)}
 
 
 _HIT_COLUMNS = [f.name for f in fields(Hit) if f.name not in {"distance", "score", "ranks", "passed", "late_score",
@@ -363,14 +366,18 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     hits.sort(key=lambda h: (-h.score, h.distance, h.chunk_id))
     result.nearest_distance = min((h.distance for h in hits), default=None)
 
+    fused = hits
     hits = _mmr(hits, vectors, lam=options.mmr_lambda, duplicate=options.duplicate)
+    weakest: dict[int, float] = {}
     if options.late_depth and hits:
         late_at = time.perf_counter()
-        hits = _late_rerank(query, pieces, hits, texts, depth=options.late_depth, weight=options.late_weight)
+        hits, weakest = _late_rerank(query, pieces, hits, texts, depth=options.late_depth,
+                                     weight=options.late_weight)
         timings["late"] = (time.perf_counter() - late_at) * 1000
-    # The threshold decides whether to answer at all; once it does, sources may be a margin farther.
-    answerable = any(h.distance <= options.threshold for h in hits)
-    gated = [h for h in hits if h.distance <= options.threshold + options.source_margin] if answerable else []
+    answerable = _decide(result, query=query, fused=fused, hits=hits, weakest=weakest, options=options)
+    # Once the question is answerable, sources may be a margin farther than the threshold (or the nearest).
+    reach = max(options.threshold, result.nearest_distance or 0.0) + options.source_margin
+    gated = [h for h in hits if h.distance <= reach] if answerable else []
     if options.rerank and gated and rerank.enabled():
         reranked_at = time.perf_counter()
         scores = rerank.scores(query, [h.content for h in gated])
@@ -385,6 +392,34 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     result.hits = ordered[: options.k]
     timings["total"] = (time.perf_counter() - started) * 1000
     return result
+
+
+def _decide(result: SearchResult, *, query: str, fused: list[Hit], hits: list[Hit], weakest: dict[int, float],
+            options: SearchOptions) -> bool:
+    """Answer or refuse: the calibrated answerability model when one is configured, else the distance
+    threshold. Records the signals (and the model's probability) on `result` for the reason and evaluation."""
+    if not hits or result.nearest_distance is None:
+        return False
+    words = WORD.findall(query)
+    unknown, content = answerability.unknown_words(words)
+    top = hits[: answerability.DEPTH]
+    closest = min(fused, key=lambda h: (h.distance, h.chunk_id))
+    result.signals = answerability.Signals(
+        nearest=result.nearest_distance,
+        gap=answerability.gap([h.distance for h in fused]),
+        late_best=max((h.late_score or 0.0 for h in top), default=0.0),
+        weakest=max((weakest.get(h.chunk_id, 0.0) for h in top), default=0.0),
+        unknown_share=len([w for w in words if w in unknown]) / content if content else 0.0,
+        agreement=answerability.agreement([h.ranks for h in fused]),
+        screen=1.0 if result.intent == SCREEN else 0.0,
+        unknown_words=tuple(unknown),
+        closest=closest.breadcrumb,
+    )
+    model = answerability.configured_model() if options.answerability else None
+    if model is None:
+        return result.nearest_distance <= options.threshold
+    result.probability, result.cutoff = model.probability(result.signals), model.cutoff
+    return result.probability >= model.cutoff
 
 
 def reassemble(hits: Sequence[Hit]) -> list[tuple[Hit, list[Chunk]]]:

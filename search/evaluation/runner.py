@@ -383,6 +383,7 @@ def run_inner(*, eval_set: EvalSet, overrides: Mapping[str, Any], log: Log, answ
         records.append({
             **query, "intent": result.intent, "refused": not result.answerable, "hits": hits,
             "nearest": result.nearest_distance, "ms": elapsed, **({"answer": answer} if answer else {}),
+            "signals": result.signals.as_json() if result.signals else None, "probability": result.probability,
         })
         if i % 25 == 0 or i == len(queries):
             log(f"queried {i}/{len(queries)}")
