@@ -128,7 +128,14 @@ KB_RERANK_FLOOR = env_float("KB_RERANK_FLOOR", -1e9)
 # Answerability: answer or refuse (docs/RETRIEVAL.md "Refusal"). A logistic regression over the signals
 # retrieval computes per query, fitted by `manage.py calibrate` on ../shared/eval. KB_ANSWERABILITY_FILE
 # names the JSON file calibrate writes for another corpus; "off" leaves the decision to KB_SEARCH_THRESHOLD.
-KB_ANSWERABILITY_DEFAULT: dict[str, object] = {}
+KB_ANSWERABILITY_DEFAULT: dict[str, object] = {  # `manage.py calibrate ../shared/eval` (docs/RETRIEVAL.md)
+    "features": ["nearest", "late_best", "weakest", "unknown_share", "screen"],
+    "mean": [0.417951, 0.687529, 0.429036, 0.061475, 0.15625],
+    "scale": [0.135378, 0.158565, 0.179739, 0.13842, 0.363092],
+    "coefficients": [-0.471299, 0.316635, 0.413976, -0.224122, 0.228285],
+    "bias": 2.441706,
+    "cutoff": 0.74678,
+}
 
 
 def _answerability() -> dict[str, object]:

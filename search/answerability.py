@@ -22,6 +22,10 @@ from django.db import connection
 
 # Signals the model may use; a model names the subset it was fitted on.
 SIGNALS = ("nearest", "gap", "late_best", "weakest", "unknown_share", "agreement", "screen")
+# What `manage.py calibrate` fits by default: the signals that do not depend on the corpus's size (the gap and
+# the lists' agreement shift with how many passages there are), so a model travels between corpora.
+DEFAULT_FEATURES = ("nearest", "late_best", "weakest", "unknown_share", "screen")
+DEFAULT_L2 = 10.0  # strong shrinkage: a set has ~20 unanswerable questions
 DEPTH = 5  # passages whose word matches count: the ones a reader would be shown
 GAP_RANK = 10  # the gap is measured to this dense neighbour
 
@@ -182,10 +186,10 @@ def refusal_reason(signals: Signals | None, *, probability: float | None, cutoff
     if probability is not None and cutoff is not None:
         parts.append(f"the documents you can read do not seem to answer this (confidence {probability:.2f}, "
                      f"{cutoff:.2f} needed)")
-    else:
-        parts.append(f"the nearest passage is at cosine distance {signals.nearest:.3f}, above the threshold "
-                     f"{threshold:.3f}")
-    if signals.closest:
+    closest = f"the closest passage (“{signals.closest}”)" if signals.closest else "the nearest passage"
+    if probability is None or signals.nearest > threshold:
+        parts.append(f"{closest} is at cosine distance {signals.nearest:.3f}, above the threshold {threshold:.3f}")
+    elif signals.closest:
         parts.append(f"the closest passage is about “{signals.closest}”")
     if signals.unknown_words:
         quoted = ", ".join(f"'{w}'" for w in signals.unknown_words[:5])
@@ -202,7 +206,7 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return np.asarray(1.0 / (1.0 + np.exp(-np.clip(z, -30, 30))))
 
 
-def fit(matrix: np.ndarray, labels: np.ndarray, *, features: Sequence[str], l2: float = 1.0,
+def fit(matrix: np.ndarray, labels: np.ndarray, *, features: Sequence[str], l2: float = DEFAULT_L2,
         cutoff: float = 0.5) -> Model:
     """Logistic regression of `labels` (1 = answerable) on standardised `matrix`, L2 penalty `l2`
     on the coefficients (not the bias), by Newton's method: the same data gives the same model."""
@@ -261,7 +265,7 @@ class CrossValidation:
 
 
 def cross_validate(matrix: np.ndarray, labels: np.ndarray, groups: Sequence[str], *, features: Sequence[str],
-                   k: int = 5, l2: float = 1.0, target: float = 0.05) -> CrossValidation:
+                   k: int = 5, l2: float = DEFAULT_L2, target: float = 0.05) -> CrossValidation:
     fold = folds(groups, labels, k=k)
     probabilities = np.zeros(len(labels))
     refused = np.zeros(len(labels), dtype=bool)
@@ -367,7 +371,7 @@ class Calibration:
         }
 
 
-def calibrate(data: Samples, *, features: Sequence[str], k: int = 5, l2: float = 1.0,
+def calibrate(data: Samples, *, features: Sequence[str], k: int = 5, l2: float = DEFAULT_L2,
               target: float = 0.05) -> Calibration:
     """Cross-validated figures for fitting `features` on `data`, and the model fitted on all of it, whose
     cutoff refuses at most `target` of the answerable questions it was fitted on (the same rule each

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -78,4 +80,9 @@ def test_refusal_reason_names_the_unknown_words_and_the_closest_passage() -> Non
     reason = answerability.refusal_reason(signals, probability=0.12, cutoff=0.5, threshold=0.56)
     assert reason.startswith("NO ANSWER: the documents you can read do not seem to answer this")
     assert "'sourdough', 'starter' appear in no document" in reason
-    assert "the closest passage is about “Handbook > Leave > Sick leave”" in reason
+    assert "the closest passage (“Handbook > Leave > Sick leave”) is at cosine distance 0.700, above the " \
+           "threshold 0.560" in reason
+    # Close but not answered: the passage's topic is named, its distance is not held against it.
+    closer = answerability.refusal_reason(replace(signals, nearest=0.4), probability=0.12, cutoff=0.5,
+                                          threshold=0.56)
+    assert "the closest passage is about “Handbook > Leave > Sick leave”" in closer and "cosine" not in closer

@@ -48,11 +48,13 @@ def test_the_passage_with_the_questions_specific_words_scores_higher(db: None) -
 def test_only_the_top_hits_are_reordered_and_the_rest_keep_their_place(people: dict[str, Any]) -> None:
     ingested_document(DEPOT, "depot.md")
     query = "Who checks the quartz seal on the east gate?"
-    plain = hybrid_search(user=people["carol"], query=query, options=SearchOptions(late_depth=0, threshold=1.0))
+    plain = hybrid_search(user=people["carol"], query=query,
+                          options=SearchOptions(late_depth=0, threshold=1.0, answerability=False))
     assert all(h.late_score is None for h in plain.hits) and "late" not in plain.timings_ms
 
     depth = 4
-    result = hybrid_search(user=people["carol"], query=query, options=SearchOptions(late_depth=depth, threshold=1.0))
+    result = hybrid_search(user=people["carol"], query=query,
+                           options=SearchOptions(late_depth=depth, threshold=1.0, answerability=False))
     assert "late" in result.timings_ms
     fused_head = {h.chunk_id for h in plain.hits[:depth]}
     assert {h.chunk_id for h in result.hits if h.late_score is not None} == fused_head

@@ -40,7 +40,7 @@ def test_reranker_orders_the_gated_hits_and_applies_the_floor(
 
     settings.KB_RERANKER_PATH = str(cross_encoder_dir)
     assert rerank.status() == f"on ({cross_encoder_dir})"
-    result = hybrid_search(user=people["carol"], query=query, options=SearchOptions(threshold=1.0, cap=3))
+    result = hybrid_search(user=people["carol"], query=query, options=SearchOptions(threshold=1.0, cap=3, answerability=False))
     passed = result.passed
     assert len(passed) == 3 and "rerank" in result.timings_ms
     scores = [h.rerank_score for h in passed]
@@ -51,5 +51,5 @@ def test_reranker_orders_the_gated_hits_and_applies_the_floor(
 
     floor = sorted(scores)[1]  # strict floor: keeps only hits scoring at least this much
     floored = hybrid_search(user=people["carol"], query=query,
-                            options=SearchOptions(threshold=1.0, cap=3, rerank_floor=floor))
+                            options=SearchOptions(threshold=1.0, cap=3, rerank_floor=floor, answerability=False))
     assert [h.chunk_id for h in floored.passed] == [h.chunk_id for h in passed[:2]]

@@ -136,7 +136,7 @@ def test_search_api_requires_login_or_token_and_respects_acl(corpus: dict[str, D
 
 def test_unrelated_question_is_refused_with_the_reason(corpus: dict[str, Document], people: dict[str, Any]) -> None:
     result = hybrid_search(user=people["alice"], query="What is the airspeed velocity of an unladen swallow?",
-                           options=SearchOptions(threshold=0.5))
+                           options=SearchOptions(threshold=0.5, answerability=False))
     assert not result.answerable
     assert result.refusal_reason is not None and "above the threshold 0.500" in result.refusal_reason
     assert all(not hit.passed for hit in result.hits)

@@ -29,9 +29,11 @@ class Command(BaseCommand):
         parser.add_argument("--target", type=float, default=0.05,
                             help="Share of answerable questions the cutoff may refuse on the data it is fitted on "
                                  "(default 0.05)")
-        parser.add_argument("--l2", type=float, default=1.0, help="L2 penalty on the coefficients (default 1)")
-        parser.add_argument("--features", default=",".join(answerability.SIGNALS),
-                            help=f"Comma-separated signals (default all: {','.join(answerability.SIGNALS)})")
+        parser.add_argument("--l2", type=float, default=answerability.DEFAULT_L2,
+                            help=f"L2 penalty on the standardised coefficients (default {answerability.DEFAULT_L2:g})")
+        parser.add_argument("--features", default=",".join(answerability.DEFAULT_FEATURES),
+                            help=f"Comma-separated signals (default {','.join(answerability.DEFAULT_FEATURES)}; "
+                                 f"known: {','.join(answerability.SIGNALS)})")
         parser.add_argument("--samples", type=Path,
                             help="Refit from the signals an earlier --out file holds instead of running retrieval")
         parser.add_argument("--reuse-index", metavar="NAME", help="As for `evaluate`: keep and reuse the index")
