@@ -565,7 +565,8 @@ def render_table(figures: Mapping[str, Any], *, title: str) -> str:
     r = figures["refusal"]
     lines += [
         "",
-        f"Refusal at the configured threshold {r['threshold']:.3f}",
+        f"Refusal as configured (the answerability model; the distance threshold {r['threshold']:.3f} "
+        "where it is off, and in the sweep)",
         f"  out-of-domain refused   {_share(r['ood_refused'])}",
         *(f"    {kind:<20}  {v['count']}/{v['n']}" for kind, v in r["ood_by_kind"].items()),
         f"  in-domain refused       {_share(r['in_domain_refused'])}",
