@@ -128,3 +128,15 @@ def test_calibrate_writes_a_model_and_a_cross_validated_frontier_deterministical
 
     bad = manage("calibrate", str(tiny), "--features", "nearest,colour", env=service_env())
     assert bad.returncode != 0 and "--features: unknown ['colour']" in bad.stderr
+
+
+def test_a_broken_answerability_file_stops_start_up_with_the_reason(tmp_path: Path) -> None:
+    broken = tmp_path / "model.json"
+    broken.write_text(json.dumps({"model": {"features": ["nearest", "colour"], "mean": [0, 0], "scale": [1, 1],
+                                            "coefficients": [1, 1], "bias": 0, "cutoff": 0.5}}), encoding="utf-8")
+    run = manage("check", env=service_env(KB_ANSWERABILITY_FILE=str(broken)))
+    assert run.returncode != 0 and "KB_ANSWERABILITY: unknown answerability signals ['colour']" in run.stderr
+    broken.write_text("{not json", encoding="utf-8")
+    run = manage("check", env=service_env(KB_ANSWERABILITY_FILE=str(broken)))
+    assert run.returncode != 0 and f"KB_ANSWERABILITY_FILE: cannot read {broken}" in run.stderr
+    assert manage("check", env=service_env(KB_ANSWERABILITY_FILE="off")).returncode == 0

@@ -51,12 +51,13 @@ def test_cross_validation_scores_each_fold_with_a_model_that_never_saw_it() -> N
 
 
 def test_cutoff_refuses_at_most_the_target_share_of_answerable_questions() -> None:
-    probabilities = np.linspace(0.01, 0.99, 100)
-    labels = np.ones(100, dtype=int)
+    probabilities = np.append(np.linspace(0.01, 0.99, 100), [0.005, 0.5])
+    labels = np.append(np.ones(100, dtype=int), [0, 0])
     cutoff = answerability.cutoff_for(probabilities, labels, target=0.08)
-    assert (probabilities < cutoff).mean() == pytest.approx(0.08)
+    assert (probabilities[labels == 1] < cutoff).mean() == pytest.approx(0.08)
     rows = answerability.frontier(probabilities, labels, targets=(0.0, 0.1))
     assert [r["in_domain_refused"] for r in rows] == [0.0, pytest.approx(0.1)]
+    assert [r["ood_refused"] for r in rows] == [0.5, 0.5]
 
 
 def test_a_model_from_settings_is_validated() -> None:
