@@ -374,7 +374,9 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
         hits, weakest = _late_rerank(query, pieces, hits, texts, depth=options.late_depth,
                                      weight=options.late_weight)
         timings["late"] = (time.perf_counter() - late_at) * 1000
+    decided_at = time.perf_counter()
     answerable = _decide(result, query=query, fused=fused, hits=hits, weakest=weakest, options=options)
+    timings["answerability"] = (time.perf_counter() - decided_at) * 1000
     # Once the question is answerable, sources may be a margin farther than the threshold (or the nearest).
     reach = max(options.threshold, result.nearest_distance or 0.0) + options.source_margin
     gated = [h for h in hits if h.distance <= reach] if answerable else []
