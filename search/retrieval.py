@@ -306,18 +306,21 @@ def _mmr(hits: list[Hit], vectors: dict[int, np.ndarray], *, lam: float, duplica
     return chosen
 
 
-def _late_rerank(query: str, pieces: np.ndarray, hits: list[Hit], texts: dict[int, str], *, depth: int,
-                 weight: float) -> tuple[list[Hit], dict[int, float]]:
-    """The top `depth` hits re-ordered by late-interaction score plus cosine similarity; the rest keep their place.
-    Also each re-scored hit's weakest word match (answerability.weakest_matches), by chunk id."""
-    head, tail = hits[:depth], hits[depth:]
+def _late_signals(query: str, pieces: np.ndarray, head: list[Hit], texts: dict[int, str]) -> dict[int, tuple[float, float]]:
+    """Each hit's late-interaction score and weakest word match (answerability.weakest_matches), by chunk id."""
     spans = [m.span() for m in WORD.finditer(query)]
     vectors = late.chunk_vectors([(h.chunk_id, texts[h.chunk_id]) for h in head])
     scores = late.scores(query, pieces, spans, vectors)
     weakest = answerability.weakest_matches(pieces, late.query_weights(query, spans), vectors)
-    head = [replace(h, late_score=s) for h, s in zip(head, scores, strict=True)]
+    return {h.chunk_id: (s, w) for h, s, w in zip(head, scores, weakest, strict=True)}
+
+
+def _late_rerank(hits: list[Hit], scored: dict[int, tuple[float, float]], *, depth: int, weight: float) -> list[Hit]:
+    """The top `depth` hits re-ordered by late-interaction score plus cosine similarity; the rest keep their place."""
+    head, tail = hits[:depth], hits[depth:]
+    head = [replace(h, late_score=scored[h.chunk_id][0]) for h in head]
     head.sort(key=lambda h: (-(weight * (h.late_score or 0.0) + 1 - h.distance), h.chunk_id))
-    return head + tail, {h.chunk_id: w for h, w in zip(hits[:depth], weakest, strict=True)}
+    return head + tail
 
 
 _HIT_COLUMNS = [f.name for f in fields(Hit) if f.name not in {"distance", "score", "ranks", "passed", "late_score",
@@ -368,14 +371,16 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
 
     fused = hits
     hits = _mmr(hits, vectors, lam=options.mmr_lambda, duplicate=options.duplicate)
-    weakest: dict[int, float] = {}
+    scored: dict[int, tuple[float, float]] = {}
     if options.late_depth and hits:
         late_at = time.perf_counter()
-        hits, weakest = _late_rerank(query, pieces, hits, texts, depth=options.late_depth,
-                                     weight=options.late_weight)
+        scored = _late_signals(query, pieces, hits[: options.late_depth], texts)
+        hits = _late_rerank(hits, scored, depth=options.late_depth, weight=options.late_weight)
         timings["late"] = (time.perf_counter() - late_at) * 1000
+    elif hits:  # the stage is off, but the answerability signals read its scores of the top hits
+        scored = _late_signals(query, pieces, hits[: answerability.DEPTH], texts)
     decided_at = time.perf_counter()
-    answerable = _decide(result, query=query, fused=fused, hits=hits, weakest=weakest, options=options)
+    answerable = _decide(result, query=query, fused=fused, hits=hits, scored=scored, options=options)
     timings["answerability"] = (time.perf_counter() - decided_at) * 1000
     # Once the question is answerable, sources may be a margin farther than the threshold (or the nearest).
     reach = max(options.threshold, result.nearest_distance or 0.0) + options.source_margin
@@ -396,7 +401,7 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     return result
 
 
-def _decide(result: SearchResult, *, query: str, fused: list[Hit], hits: list[Hit], weakest: dict[int, float],
+def _decide(result: SearchResult, *, query: str, fused: list[Hit], hits: list[Hit], scored: dict[int, tuple[float, float]],
             options: SearchOptions) -> bool:
     """Answer or refuse: the calibrated answerability model when one is configured, else the distance
     threshold. Records the signals (and the model's probability) on `result` for the reason and evaluation."""
@@ -409,8 +414,8 @@ def _decide(result: SearchResult, *, query: str, fused: list[Hit], hits: list[Hi
     result.signals = answerability.Signals(
         nearest=result.nearest_distance,
         gap=answerability.gap([h.distance for h in fused]),
-        late_best=max((h.late_score or 0.0 for h in top), default=0.0),
-        weakest=max((weakest.get(h.chunk_id, 0.0) for h in top), default=0.0),
+        late_best=max((scored.get(h.chunk_id, (0.0, 0.0))[0] for h in top), default=0.0),
+        weakest=max((scored.get(h.chunk_id, (0.0, 0.0))[1] for h in top), default=0.0),
         unknown_share=len([w for w in words if w in unknown]) / content if content else 0.0,
         agreement=answerability.agreement([h.ranks for h in fused]),
         screen=1.0 if result.intent == SCREEN else 0.0,

@@ -51,6 +51,14 @@ def test_a_clearly_in_domain_question_is_answered(corpus: list[Document], people
     assert "four hours of sick leave" in result.passed[0].content
 
 
+def test_the_late_signals_are_read_even_with_the_late_stage_off(corpus: list[Document], people: dict[str, Any]) -> None:
+    query = "How many hours of sick leave do employees earn per pay period?"
+    result = hybrid_search(user=people["carol"], query=query, options=SearchOptions(late_depth=0))
+    assert "late" not in result.timings_ms and all(h.late_score is None for h in result.hits)
+    assert result.signals is not None and result.signals.late_best > 0 and result.signals.weakest > 0
+    assert result.answerable
+
+
 def test_without_the_model_the_distance_threshold_decides(corpus: list[Document], people: dict[str, Any]) -> None:
     result = hybrid_search(user=people["carol"], query="What is a good recipe for a sourdough starter?",
                            options=SearchOptions(answerability=False, threshold=0.3))
