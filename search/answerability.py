@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -381,8 +381,7 @@ def calibrate(data: Samples, *, features: Sequence[str], k: int = 5, l2: float =
     cv = cross_validate(data.matrix, data.labels, data.groups, features=features, k=k, l2=l2, target=target)
     model = fit(data.matrix, data.labels, features=features, l2=l2)
     cutoff = cutoff_for(model.probabilities(data.matrix), data.labels, target=target)
-    model = Model(model.features, model.mean, model.scale, model.coefficients, model.bias, min(max(cutoff, 1e-6),
-                                                                                              1 - 1e-6))
+    model = replace(model, cutoff=min(max(cutoff, 1e-6), 1 - 1e-6))  # settings need 0 < cutoff < 1
     closeness = -data.nearest
     return Calibration(model, cv, frontier(cv.probabilities, data.labels), frontier(closeness, data.labels),
                        auc(cv.probabilities, data.labels), auc(closeness, data.labels),
