@@ -29,21 +29,28 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-EVAL_DIR = ROOT / "demo" / "eval"
-DEV_DIR = ROOT.parent / "shared" / "eval"
+sys.path.insert(0, str(ROOT))
+from bench._common import (  # noqa: E402 (after the path)
+    DEV_DIR,
+    EVAL_DIR,
+    corpus_ingest,
+    groups_create,
+    percentile,
+    reader_create,
+    run_in_scratch_database,
+)
+
+SCRIPT = Path(__file__).resolve()
 GROWTH_LIMIT = 0.10
 
 
 def _setup() -> None:
-    sys.path.insert(0, str(ROOT))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
     os.environ["KB_ANSWER_BACKEND"] = "extractive"
     os.environ["KB_ASKS_PER_MINUTE"] = "0"  # one reader asks every question: no per-user budget
@@ -52,40 +59,7 @@ def _setup() -> None:
     django.setup()
 
 
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    rank = (len(ordered) - 1) * p / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
 # Inner half: runs against the scratch database only ----------------------------------------
-
-
-def _people(acl: dict[str, Any]) -> Any:
-    from django.contrib.auth.models import Group, User
-
-    names = sorted({g for g in acl.get("groups", {}).values() if g != "everyone"})
-    groups = {name: Group.objects.create(name=name) for name in names}
-    reader = User.objects.create_user("bench-reader")  # in every group: every question is answerable in principle
-    reader.groups.set(groups.values())
-    return reader, groups
-
-
-def _ingest(acl: dict[str, Any], groups: dict[str, Any], eval_dir: Path = EVAL_DIR) -> int:
-    from kb.ingest.batch import expand_paths, ingest_paths
-
-    corpus = eval_dir / "corpus"
-    ready = 0
-    for path in expand_paths([corpus]):
-        group = acl.get("groups", {}).get(path.relative_to(corpus).as_posix(), "everyone")
-        restricted = None if group == "everyone" else [groups[group]]
-        summary = ingest_paths([path], groups=restricted, sync=True)
-        ready += len(summary.ready)
-    return ready
 
 
 def _answer(reader: Any, question: str) -> Any:
@@ -108,9 +82,10 @@ def run_inner(answers: int) -> dict[str, Any]:
     call_command("migrate", interactive=False, verbosity=0)
     acl = json.loads((EVAL_DIR / "acl.json").read_text())
     questions = [json.loads(line)["query"] for line in (EVAL_DIR / "questions.jsonl").open() if line.strip()]
-    reader, groups = _people(acl)
+    groups = groups_create(acl)
+    reader = reader_create(groups)
     started = time.perf_counter()
-    documents = _ingest(acl, groups)
+    documents = corpus_ingest(acl, groups)
     ingest_s = time.perf_counter() - started
 
     embed_ms = []
@@ -144,29 +119,6 @@ def run_inner(answers: int) -> dict[str, Any]:
         "embed_ms": embed_ms,
         "answers": answers, "rss_100": rss.get(100), "rss_end": rss.get(answers),
     }
-
-
-# Outer half: scratch database ---------------------------------------------------------------
-
-
-def run_outer(extra: list[str]) -> dict[str, Any]:
-    from django.conf import settings
-    from django.db import connection
-
-    from search.evaluation.runner import database_url, scratch_database
-
-    with scratch_database(connection.settings_dict) as name, tempfile.TemporaryDirectory(prefix="kb-bench-") as tmp:
-        print(f"scratch database {name} (dropped at the end); ingesting the corpus …", file=sys.stderr)
-        out = Path(tmp) / "results.json"
-        env = dict(os.environ)
-        env.update(DATABASE_URL=database_url(connection.settings_dict, name), REDIS_URL=settings.REDIS_URL,
-                   SECRET_KEY=settings.SECRET_KEY, KB_MEDIA_ROOT=str(Path(tmp) / "media"), DEBUG="0",
-                   KB_ANSWER_BACKEND="extractive", PYTHONUNBUFFERED="1")
-        command = [sys.executable, str(Path(__file__).resolve()), "--inner", str(out), *extra]
-        child = subprocess.run(command, env=env, cwd=ROOT)
-        if child.returncode != 0 or not out.exists():
-            raise SystemExit(f"the benchmark run failed (exit {child.returncode})")
-        return dict(json.loads(out.read_text()))
 
 
 def report(result: dict[str, Any]) -> list[str]:
@@ -216,8 +168,8 @@ def main() -> None:
         args.inner.write_text(json.dumps(result))
         return
     if args.ttft:
-        result = run_outer(["--ttft", "--questions", str(args.questions), "--runs", str(args.runs),
-                            "--eval-dir", str(args.eval_dir.resolve())])
+        result = run_in_scratch_database(SCRIPT, ["--ttft", "--questions", str(args.questions), "--runs", str(args.runs),
+                                                  "--eval-dir", str(args.eval_dir.resolve())])
         from bench.ttft import report_ttft
 
         for line in report_ttft(result):
@@ -225,7 +177,7 @@ def main() -> None:
         if args.json:
             args.json.write_text(json.dumps(result, indent=2))
         return
-    result = run_outer(["--answers", str(args.answers)])
+    result = run_in_scratch_database(SCRIPT, ["--answers", str(args.answers)])
     for line in report(result):
         print(line)
     if args.json:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -24,58 +23,16 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.chat import ROOT, _ingest, _people, percentile
-
-
-def _load() -> str:
-    one, five, _ = os.getloadavg()
-    return f"{one:.2f}/{five:.2f}"
-
-
-class _Server:
-    """Daphne and make run's two workers against this database, stopped on exit."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        from kb.runtime.embedded import free_port
-        from kb.runtime.launcher import wait_for_port, workers
-
-        self.port = free_port()
-        self.log = Path(tempfile.mkdtemp(prefix="kb-bench-ttft-")) / "server.log"  # kept for a failed run
-        self.children: list[subprocess.Popen[bytes]] = []
-        web = self._spawn([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-                           "kb.asgi:application"], env)
-        for worker in workers():
-            self._spawn(worker.argv(), {**env, **worker.env}, worker.niceness)
-        wait_for_port("127.0.0.1", self.port, 120, web)
-        self._wait_for_workers(len(workers()))
-
-    def _spawn(self, argv: list[str], env: dict[str, str], niceness: int = 0) -> subprocess.Popen[bytes]:
-        with open(self.log, "ab") as log:
-            process = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                       start_new_session=True,
-                                       preexec_fn=(lambda: os.nice(niceness)) if niceness else None)
-        self.children.append(process)
-        return process
-
-    @staticmethod
-    def _wait_for_workers(count: int) -> None:
-        from kb.celery import app
-
-        deadline = time.monotonic() + 180
-        while len(app.control.ping(timeout=1.0) or []) < count:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the workers did not answer a ping within 180 s")
-
-    def stop(self) -> None:
-        for process in self.children:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in self.children:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+from bench._common import (
+    ROOT,
+    AppServer,
+    corpus_ingest,
+    groups_create,
+    load_average,
+    percentile,
+    reader_create,
+    session_cookie,
+)
 
 
 def _ask(base: str, token: str, cookie: str, question: str) -> float | None:
@@ -124,7 +81,7 @@ class _IngestLoad:
 
 
 def _phase(base: str, token: str, cookie: str, questions: list[str]) -> dict[str, Any]:
-    load_before = _load()
+    load_before = load_average()
     times, refused = [], 0
     for question in questions:
         ms = _ask(base, token, cookie, question)
@@ -132,34 +89,31 @@ def _phase(base: str, token: str, cookie: str, questions: list[str]) -> dict[str
             refused += 1
         else:
             times.append(ms)
-    return {"ttft_ms": times, "refused": refused, "load": f"{load_before} -> {_load()}"}
+    return {"ttft_ms": times, "refused": refused, "load": f"{load_before} -> {load_average()}"}
 
 
 def run_ttft(*, eval_dir: Path, questions: int, runs: int) -> dict[str, Any]:
-    from django.conf import settings
     from django.core.management import call_command
     from django.db import connection
-    from django.test import Client
 
     from accounts.tokens import token_create
 
     call_command("migrate", interactive=False, verbosity=0)
     acl = json.loads((eval_dir / "acl.json").read_text())
     asked = [json.loads(line)["query"] for line in (eval_dir / "questions.jsonl").open() if line.strip()]
-    reader, groups = _people(acl)
+    groups = groups_create(acl)
+    reader = reader_create(groups)
     started = time.perf_counter()
-    documents = _ingest(acl, groups, eval_dir)
+    documents = corpus_ingest(acl, groups, eval_dir)
     ingest_s = time.perf_counter() - started
     _, token = token_create(user=reader)
-    client = Client()
-    client.force_login(reader)
-    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+    cookie = session_cookie(reader)
     connection.close()  # the children and the load get the database's connections
 
     env = dict(os.environ, KB_ANSWER_BACKEND="extractive", DEBUG="0")
     corpus = Path(tempfile.mkdtemp(prefix="kb-bench-corpus-"))
     shutil.copytree(eval_dir / "corpus", corpus, dirs_exist_ok=True)
-    server = _Server(env)
+    server = AppServer(env)
     base = f"http://127.0.0.1:{server.port}"
     try:
         sample = [asked[i % len(asked)] for i in range(questions)]

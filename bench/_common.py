@@ -1,0 +1,153 @@
+"""What the chat benchmarks share: a scratch database to run in, the evaluation set's groups
+and corpus, the app started as `make run` starts it, percentiles and the load average.
+
+The benchmarks never touch the live knowledge base: `run_in_scratch_database` creates a
+database on the same PostgreSQL server (as `manage.py evaluate` does), runs the benchmark's
+script again as a child process against it (`--inner OUT`), and drops it at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+EVAL_DIR = ROOT / "demo" / "eval"
+DEV_DIR = ROOT.parent / "shared" / "eval"
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = (len(ordered) - 1) * p / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def load_average() -> str:
+    """The 1- and 5-minute load average: the benchmarks run on shared machines, so every figure carries it."""
+    one, five, _ = os.getloadavg()
+    return f"{one:.2f}/{five:.2f}"
+
+
+# Inner half: runs against the scratch database only ----------------------------------------
+
+
+def groups_create(acl: dict[str, Any]) -> dict[str, Any]:
+    """The evaluation set's groups (acl.json), by name."""
+    from django.contrib.auth.models import Group
+
+    names = sorted({g for g in acl.get("groups", {}).values() if g != "everyone"})
+    return {name: Group.objects.create(name=name) for name in names}
+
+
+def reader_create(groups: dict[str, Any]) -> Any:
+    """The one asker of the latency benchmarks: in every group, so every question is answerable in principle."""
+    from django.contrib.auth.models import User
+
+    reader = User.objects.create_user("bench-reader")
+    reader.groups.set(groups.values())
+    return reader
+
+
+def corpus_ingest(acl: dict[str, Any], groups: dict[str, Any], eval_dir: Path = EVAL_DIR) -> int:
+    """Ingest the set's corpus through the real pipeline, each file shared as acl.json says; documents ready."""
+    from kb.ingest.batch import expand_paths, ingest_paths
+
+    corpus = eval_dir / "corpus"
+    ready = 0
+    for path in expand_paths([corpus]):
+        group = acl.get("groups", {}).get(path.relative_to(corpus).as_posix(), "everyone")
+        restricted = None if group == "everyone" else [groups[group]]
+        summary = ingest_paths([path], groups=restricted, sync=True)
+        ready += len(summary.ready)
+    return ready
+
+
+def session_cookie(user: Any) -> str:
+    """A `Cookie` header value holding a signed-in session of `user` (what the browser sends)."""
+    from django.conf import settings
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+
+
+class AppServer:
+    """Daphne and make run's two workers (kb.runtime.launcher.workers) against this database, stopped by `stop()`."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        from kb.runtime.embedded import free_port
+        from kb.runtime.launcher import wait_for_port, workers
+
+        self.port = free_port()
+        self.log = Path(tempfile.mkdtemp(prefix="kb-bench-server-")) / "server.log"  # kept for a failed run
+        self.children: list[subprocess.Popen[bytes]] = []
+        self.web = self._spawn([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+                                "kb.asgi:application"], env)
+        self.workers = {worker.queue: self._spawn(worker.argv(), {**env, **worker.env}, worker.niceness)
+                        for worker in workers()}
+        wait_for_port("127.0.0.1", self.port, 120, self.web)
+        self._wait_for_workers(len(self.workers))
+
+    def _spawn(self, argv: list[str], env: dict[str, str], niceness: int = 0) -> subprocess.Popen[bytes]:
+        with open(self.log, "ab") as log:
+            process = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True,
+                                       preexec_fn=(lambda: os.nice(niceness)) if niceness else None)
+        self.children.append(process)
+        return process
+
+    @staticmethod
+    def _wait_for_workers(count: int) -> None:
+        from kb.celery import app
+
+        deadline = time.monotonic() + 180
+        while len(app.control.ping(timeout=1.0) or []) < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the workers did not answer a ping within 180 s")
+
+    def stop(self) -> None:
+        for process in self.children:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.children:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+# Outer half: scratch database ---------------------------------------------------------------
+
+
+def run_in_scratch_database(script: Path, extra: list[str]) -> dict[str, Any]:
+    """Run `script --inner OUT *extra` against a fresh database on the same server; the JSON it wrote to OUT."""
+    from django.conf import settings
+    from django.db import connection
+
+    from search.evaluation.runner import database_url, scratch_database
+
+    with scratch_database(connection.settings_dict) as name, tempfile.TemporaryDirectory(prefix="kb-bench-") as tmp:
+        print(f"scratch database {name} (dropped at the end); ingesting the corpus …", file=sys.stderr)
+        out = Path(tmp) / "results.json"
+        env = dict(os.environ)
+        env.update(DATABASE_URL=database_url(connection.settings_dict, name), REDIS_URL=settings.REDIS_URL,
+                   SECRET_KEY=settings.SECRET_KEY, KB_MEDIA_ROOT=str(Path(tmp) / "media"), DEBUG="0",
+                   KB_ANSWER_BACKEND="extractive", PYTHONUNBUFFERED="1")
+        command = [sys.executable, str(script), "--inner", str(out), *extra]
+        child = subprocess.run(command, env=env, cwd=ROOT)
+        if child.returncode != 0 or not out.exists():
+            raise SystemExit(f"the benchmark run failed (exit {child.returncode})")
+        return dict(json.loads(out.read_text()))
