@@ -291,12 +291,15 @@ class ConnectionSampler:
 
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             while not self._stop.wait(1.0):
+                owner = self._owners()
                 rows = conn.execute(
                     "SELECT client_port, concat_ws(' ', application_name, state, left(query, 80)) "
                     "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchall()
-                self._count(dict(rows))
+                self._count(dict(rows), {**owner, **self._owners()})
 
-    def _count(self, ports: dict[int, str]) -> None:
+    def _owners(self) -> dict[int, str]:
+        """Client port -> the process holding it. Read before and after each sample: a connection that
+        opens or closes while the sample is taken still finds its owner."""
         import psutil
 
         owner: dict[int, str] = {}
@@ -307,6 +310,9 @@ class ConnectionSampler:
                         owner[conn.laddr.port] = label
             except psutil.NoSuchProcess:
                 continue
+        return owner
+
+    def _count(self, ports: dict[int, str], owner: dict[int, str]) -> None:
         counts: dict[str, int] = {}
         for port, doing in ports.items():
             label = owner.get(port, "other")
