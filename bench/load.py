@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 SCRIPT = Path(__file__).resolve()
 MIB = 1024 * 1024
 FINAL = ("done", "refused", "error")
+CLOSING = "closing (no owner; gone by the next sample)"
 
 
 @dataclass(frozen=True)
@@ -282,6 +283,7 @@ class ConnectionSampler:
         self.max_total = 0
         self.max_by_process: dict[str, int] = {}
         self.unattributed: set[str] = set()  # what the connections no server process holds were doing
+        self._unowned: set[int] = set()  # client ports no process held in the last sample
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -314,11 +316,17 @@ class ConnectionSampler:
 
     def _count(self, ports: dict[int, str], owner: dict[int, str]) -> None:
         counts: dict[str, int] = {}
+        unowned = set()
         for port, doing in ports.items():
-            label = owner.get(port, "other")
-            if label == "other" and len(self.unattributed) < 5:
-                self.unattributed.add(doing)
+            label = owner.get(port)
+            if label is None:
+                # Its client already closed it while the backend is still exiting, unless it is there again next time.
+                unowned.add(port)
+                label = "other" if port in self._unowned else CLOSING
+                if label == "other" and len(self.unattributed) < 5:
+                    self.unattributed.add(doing)
             counts[label] = counts.get(label, 0) + 1
+        self._unowned = unowned
         for label, count in counts.items():
             self.max_by_process[label] = max(self.max_by_process.get(label, 0), count)
         self.max_total = max(self.max_total, len(ports))
