@@ -407,9 +407,10 @@ def report(result: dict[str, Any]) -> list[str]:
         f"p95 {percentile(ttft, 95):.0f} ms",
         f"total time (POST -> done or refused):                p50 {percentile(total, 50):.0f} ms, "
         f"p95 {percentile(total, 95):.0f} ms",
-        f"  of which producing (the worker's own timings, no queueing): first token p50 "
+        f"  the worker's own timings (producing, no queueing): first token of the answered p50 "
         f"{percentile(tally['produce_first_ms'], 50):.0f} ms, p95 {percentile(tally['produce_first_ms'], 95):.0f} ms; "
-        f"total p50 {percentile(tally['produce_total_ms'], 50):.0f} ms, p95 {percentile(tally['produce_total_ms'], 95):.0f} ms",
+        f"total of all p50 {percentile(tally['produce_total_ms'], 50):.0f} ms, "
+        f"p95 {percentile(tally['produce_total_ms'], 95):.0f} ms",
         f"PostgreSQL connections to the database, sampled every second ({conns['samples']} samples): max {conns['max_total']} "
         f"in all; pool size KB_DB_POOL_SIZE={pool} per process",
     ]
