@@ -40,6 +40,7 @@ import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from http.client import HTTPException
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -121,14 +122,14 @@ def askers_create(acl: dict[str, Any], groups: dict[str, Any], count: int) -> li
     return askers
 
 
-def _post(url: str, body: dict[str, Any], asker: Asker, origin: str) -> tuple[int, bytes]:
+def _post(url: str, body: dict[str, Any], asker: Asker, origin: str, timeout: float) -> tuple[int, bytes]:
     request = urllib.request.Request(  # noqa: S310 (http://127.0.0.1, our own server)
         url, data=json.dumps(body).encode(), method="POST",
         headers={"Content-Type": "application/json", "Accept": "application/json", "Cookie": asker.cookie,
                  "X-CSRFToken": asker.csrf, "Origin": origin},
     )
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 (the same)
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (the same)
             return int(response.status), response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
@@ -183,7 +184,7 @@ async def ask_loop(n: int, asker: Asker, base: str, questions: list[str], until:
         tally.asks += 1
         began = time.perf_counter()
         try:
-            status, raw = await asyncio.to_thread(_post, base + "/api/ask", body, asker, base)
+            status, raw = await asyncio.to_thread(_post, base + "/api/ask", body, asker, base, opts.timeout)
             if status == 429:
                 tally.throttled += 1
                 await asyncio.sleep(1)
@@ -198,7 +199,7 @@ async def ask_loop(n: int, asker: Asker, base: str, questions: list[str], until:
                 ws = await connect(url, origin=Origin(base), additional_headers={"Cookie": asker.cookie}, open_timeout=30)
             async with asyncio.timeout(opts.timeout):
                 await _read_answer(ws, reply["message"], began, asker, tally)
-        except (AnswerFailed, WebSocketException, OSError, TimeoutError, ValueError) as exc:
+        except (AnswerFailed, WebSocketException, OSError, HTTPException, TimeoutError, ValueError, KeyError) as exc:
             reason = "timeout" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
             tally.errors.append(f"{asker.username}: {reason}"[:300])
             in_conversation = opts.turns  # start afresh: a new conversation on a new socket
