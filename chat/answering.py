@@ -1,24 +1,26 @@
 """The answer generator: retrieval as the asking user, NO ANSWER before any model, prompt, backend, citations.
 
-`answer_stream` decides everything and yields the events a reader sees, in order:
+`answer_stream` decides everything and yields the events a reader sees (chat.events), in order:
 status(retrieving) → refused, or status(generating) → token… → citations → done, or
-an error at any point after retrieval. It reads the database but writes nothing; the
-producer in chat.services stores each event before publishing it, and tests iterate it
-directly.
+an error at any point after retrieval. What only storage needs (the search's figures, every
+source handed to the model, a withdrawal) travels beside them in the stream's `record`. It
+reads the database but writes nothing; the producer in chat.services stores each event
+before publishing it, and tests iterate it directly.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 from django.db.models.functions import Substr
 
 from accounts.acl import visible_documents
 from chat.backends import Backend, BackendError, get_backend
 from chat.citations import CitationFilter, render_html
-from chat.events import Timings, citation_from_source
+from chat.events import ClaimPayload, Event, Timings, citation_from_source
 from chat.prompts import Source, build_prompt
 from chat.support import unsupported_claims
 from kb.models import Document
@@ -74,20 +76,55 @@ def refusal_text(result: SearchResult) -> str:
     )
 
 
+@dataclass
+class AnswerRecord:
+    """What the producer stores about an answer and never sends to a reader.
+
+    The stream fills each field in before it yields the event the producer stores it with.
+    """
+
+    intent: str = ""  # the search's own intent (a prompt has only the screen and concept variants)
+    nearest_distance: float | None = None
+    threshold: float | None = None
+    # Every document handed to the generator, known before any text: a reader of a partial or
+    # failed answer is checked against all of them (chat.selectors), not only against what ends up cited.
+    sources: list[int] = field(default_factory=list)
+    withdrawn: bool = False  # access changed while the model wrote: the stored text goes too
+
+
+class AnswerStream(Iterator[Event]):
+    """The events of one answer, in order, and the `record` the producer stores beside them."""
+
+    def __init__(self, record: AnswerRecord, events: Iterator[Event]) -> None:
+        self.record = record
+        self._events = events
+
+    def __next__(self) -> Event:
+        return next(self._events)
+
+
 def answer_stream(
     *,
     user: Any,
     question: str,
+    message: int = 0,
     earlier: Sequence[str] = (),
     backend: Backend | None = None,
     options: SearchOptions | None = None,
-) -> Iterator[dict[str, Any]]:
-    """Events for one answer (without their `message` id, which the producer adds)."""
+) -> AnswerStream:
+    """The events of one answer, each naming `message` (the stored answer; 0 where none is stored)."""
+    record = AnswerRecord()
+    return AnswerStream(record, _searched(record, user=user, question=question, message=message, earlier=earlier,
+                                          backend=backend, options=options))
+
+
+def _searched(record: AnswerRecord, *, user: Any, question: str, message: int, earlier: Sequence[str],
+              backend: Backend | None, options: SearchOptions | None) -> Iterator[Event]:
     started = time.perf_counter()
-    yield {"type": "status", "state": "retrieving"}
+    yield {"type": "status", "message": message, "state": "retrieving"}
     result = hybrid_search(user=user, query=question, options=options)
-    yield from answer_events(user=user, question=question, result=result, started=started, earlier=earlier,
-                             backend=backend)
+    yield from _answered(record, user=user, question=question, message=message, result=result, started=started,
+                         earlier=earlier, backend=backend)
 
 
 def answer_events(
@@ -96,18 +133,26 @@ def answer_events(
     question: str,
     result: SearchResult,
     started: float,
+    message: int = 0,
     earlier: Sequence[str] = (),
     backend: Backend | None = None,
-) -> Iterator[dict[str, Any]]:
+) -> AnswerStream:
     """`answer_stream` after retrieval: refusal or generation from `result` (evaluation reuses one search)."""
+    record = AnswerRecord()
+    return AnswerStream(record, _answered(record, user=user, question=question, message=message, result=result,
+                                          started=started, earlier=earlier, backend=backend))
+
+
+def _answered(record: AnswerRecord, *, user: Any, question: str, message: int, result: SearchResult,
+              started: float, earlier: Sequence[str], backend: Backend | None) -> Iterator[Event]:
     retrieval_ms = _elapsed(started)
     timings: Timings = {"retrieval_ms": retrieval_ms, "first_token_ms": None, "total_ms": None}
-    facts = {"intent": result.intent, "nearest_distance": result.nearest_distance, "threshold": result.threshold}
+    record.intent, record.nearest_distance, record.threshold = result.intent, result.nearest_distance, result.threshold
     if not result.answerable:
         # NO ANSWER is decided by two numbers, before any model is asked anything.
         timings["total_ms"] = _elapsed(started)
-        yield {"type": "refused", "reason": result.refusal_reason or "NO ANSWER", "text": refusal_text(result),
-               "intent": result.intent, "timings": timings, "_facts": facts}
+        yield {"type": "refused", "message": message, "reason": result.refusal_reason or "NO ANSWER",
+               "text": refusal_text(result), "intent": result.intent, "timings": timings}
         return
 
     sources = sources_for(result.passed)
@@ -116,10 +161,9 @@ def answer_events(
     del result  # the ranked candidates and their vectors are not needed past this point
     backend = backend or get_backend()
     given = {s.document_id for s in sources}
-    # `_sources` is stored before any text: every reader of a partial or failed answer is
-    # checked against all of them (chat.selectors), not only against what ends up cited.
-    yield {"type": "status", "state": "generating", "backend": backend.name, "model": backend.model,
-           "notice": backend.notice, "intent": prompt.intent, "_facts": facts, "_sources": sorted(given)}
+    record.sources = sorted(given)
+    yield {"type": "status", "message": message, "state": "generating", "backend": backend.name,
+           "model": backend.model, "notice": backend.notice, "intent": prompt.intent}
 
     stream = CitationFilter(k=len(sources))
     length = 0
@@ -129,35 +173,38 @@ def answer_events(
             if text:
                 if timings["first_token_ms"] is None:
                     timings["first_token_ms"] = _elapsed(started)
-                yield {"type": "token", "at": length, "text": text}
+                yield {"type": "token", "message": message, "at": length, "text": text}
                 length += len(text)
         text = stream.finish()
         if text:
             if timings["first_token_ms"] is None:
                 timings["first_token_ms"] = _elapsed(started)
-            yield {"type": "token", "at": length, "text": text}
+            yield {"type": "token", "message": message, "at": length, "text": text}
     except BackendError as exc:
-        yield {"type": "error", "error": f"The answer could not be finished: {exc}."}
+        yield {"type": "error", "message": message, "error": f"The answer could not be finished: {exc}."}
         return
     finally:
         backend.release()
     if not stream.text.strip():
-        yield {"type": "error", "error": "The answer could not be finished: the model returned no text."}
+        yield {"type": "error", "message": message,
+               "error": "The answer could not be finished: the model returned no text."}
         return
 
     # Access may have changed while the model wrote: check every source it was given, now.
     readable = set(visible_documents(user).filter(pk__in=given).values_list("pk", flat=True))
     if readable != given:
-        yield {"type": "error", "error": ACCESS_CHANGED, "_withdraw": True}
+        record.withdrawn = True
+        yield {"type": "error", "message": message, "error": ACCESS_CHANGED}
         return
     by_number = {s.number: s for s in sources}
     cited = [by_number[n] for n in sorted(stream.cited)]
-    yield {"type": "citations", "citations": [citation_from_source(s) for s in cited]}
-    unsupported = unsupported_claims(stream.text, {s.number: s.text for s in cited})
+    yield {"type": "citations", "message": message, "citations": [citation_from_source(s) for s in cited]}
+    # A claim as found is a ClaimPayload with no verdict yet (mypy cannot widen to the optional keys).
+    unsupported = cast(list[ClaimPayload], unsupported_claims(stream.text, {s.number: s.text for s in cited}))
     timings["total_ms"] = _elapsed(started)
     yield {
-        "type": "done", "text": stream.text,
+        "type": "done", "message": message, "text": stream.text,
         "html": render_html(stream.text, {s.number: s for s in cited}, unsupported=unsupported),
         "intent": prompt.intent, "backend": backend.name, "model": backend.model, "notice": backend.notice,
-        "timings": timings, "unsupported": unsupported,
+        "timings": timings, "withheld": False, "unsupported": unsupported,
     }

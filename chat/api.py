@@ -17,7 +17,7 @@ from pydantic import Field
 from accounts.api import api_auth
 from accounts.models import Scope
 from chat import selectors, services
-from chat.events import CitationPayload
+from chat.events import CitationPayload, EventSchema
 from chat.models import Conversation, Feedback, Message
 from chat.selectors import MessageView
 
@@ -73,6 +73,7 @@ class MessageOut(Schema):
     unsupported: list[UnsupportedClaimOut]
     rating: int
     created_at: datetime
+    events: list[EventSchema] = Field(description="The message as the events its stream sends (a replay of it)")
 
 
 class ConversationOut(Schema):
@@ -81,7 +82,8 @@ class ConversationOut(Schema):
     created_at: datetime
     updated_at: datetime
     stream: str
-    messages: list[MessageOut]
+    messages: list[MessageOut] = Field(description="The latest messages (before `before` if given), oldest first")
+    before: int | None = Field(description="Pass as ?before= for the messages before these; null: none are left")
 
 
 class ConversationSummaryOut(Schema):
@@ -162,6 +164,11 @@ class ConversationPage(Schema):
     offset: int = Field(default=0, ge=0, description="Conversations to skip (the next page: offset + limit)")
 
 
+class MessagesPage(Schema):
+    limit: int = Field(default=selectors.MESSAGES_PAGE, ge=1, le=200, description="Messages at most")
+    before: int | None = Field(default=None, description="Only messages with a smaller id (the `before` of a page)")
+
+
 def stream_path(conversation_id: int) -> str:
     return f"/ws/chat/{conversation_id}/"
 
@@ -174,7 +181,7 @@ def _message(view: MessageView) -> dict[str, Any]:
         "backend": m.backend, "model": m.model, "notice": m.notice, "timings": view.timings,
         "citations": view.citations, "restricted_citations": view.restricted, "unsupported": view.unsupported,
         "rating": m.rating,
-        "created_at": m.created_at,
+        "created_at": m.created_at, "events": selectors.message_events(view),
     }
 
 
@@ -242,16 +249,18 @@ def conversations(request: HttpRequest, page: Query[ConversationPage]) -> Any:
 
 
 @router.get("/conversations/{conversation_id}", response=ConversationOut)
-def conversation(request: HttpRequest, conversation_id: int) -> dict[str, Any]:
-    return _conversation_out(selectors.conversation_for_user(request.user, conversation_id), viewer=request.user)
+def conversation(request: HttpRequest, conversation_id: int, page: Query[MessagesPage]) -> dict[str, Any]:
+    """The conversation's latest messages, a page at a time: `before` leads to the earlier ones."""
+    return _conversation_out(selectors.conversation_for_user(request.user, conversation_id), viewer=request.user,
+                             page=page)
 
 
-def _conversation_out(found: Conversation | None, *, viewer: Any) -> dict[str, Any]:
+def _conversation_out(found: Conversation | None, *, viewer: Any, page: MessagesPage) -> dict[str, Any]:
     if found is None:
         raise HttpError(404, "no such conversation")
-    views = selectors.message_views(selectors.conversation_messages(found), viewer=viewer)
+    shown = selectors.conversation_page(found, viewer=viewer, before=page.before, limit=page.limit)
     return {"id": found.pk, "title": found.title, "created_at": found.created_at, "updated_at": found.updated_at,
-            "stream": stream_path(found.pk), "messages": [_message(v) for v in views]}
+            "stream": stream_path(found.pk), "messages": [_message(v) for v in shown.views], "before": shown.before}
 
 
 class RatingIn(Schema):
@@ -306,7 +315,7 @@ def review_unsupported(request: HttpRequest, message_id: int, index: int, payloa
 
 
 @router.get("/review/conversations/{conversation_id}", response=ConversationOut, tags=["review"])
-def review_conversation(request: HttpRequest, conversation_id: int) -> dict[str, Any]:
-    """Any conversation, read-only (support staff only; streaming stays with its owner)."""
+def review_conversation(request: HttpRequest, conversation_id: int, page: Query[MessagesPage]) -> dict[str, Any]:
+    """Any conversation, read-only, a page at a time (support staff only; streaming stays with its owner)."""
     _require_reviewer(request)
-    return _conversation_out(Conversation.objects.filter(pk=conversation_id).first(), viewer=request.user)
+    return _conversation_out(Conversation.objects.filter(pk=conversation_id).first(), viewer=request.user, page=page)

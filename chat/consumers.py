@@ -9,7 +9,7 @@ from channels.db import database_sync_to_async
 from pydantic import BaseModel, Field, ValidationError
 
 from accounts.websocket import UserConsumer
-from chat.events import ChatEventMessage, group_name
+from chat.events import ChatEventMessage, Event, group_name
 
 # Close codes in the application range (4000-4999), mirroring HTTP's meaning.
 CLOSE_FORBIDDEN = 4403  # not your conversation, or no such conversation: the same answer for both
@@ -33,7 +33,8 @@ class ChatConsumer(UserConsumer):
 
     On connect it joins the conversation's group first, then replays what is stored, so
     nothing produced in between is lost; token offsets (`at`) drop what the replay
-    already covered. Optional `?since=<message id>` replays only later messages.
+    already covered. The replay is the latest page of messages (chat.selectors.MESSAGES_PAGE;
+    the REST API has the earlier ones); optional `?since=<message id>` replays only later messages.
     """
 
     conversation_id: int
@@ -58,7 +59,7 @@ class ChatConsumer(UserConsumer):
         for event in await database_sync_to_async(self._replay)(conversation, user):
             await self._relay(event)
 
-    def _replay(self, conversation: Any, user: Any) -> list[dict[str, Any]]:
+    def _replay(self, conversation: Any, user: Any) -> list[Event]:
         from chat.selectors import conversation_replay
 
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
@@ -89,15 +90,15 @@ class ChatConsumer(UserConsumer):
     async def chat_event(self, message: ChatEventMessage) -> None:
         await self._relay(message["event"])
 
-    async def _relay(self, event: dict[str, Any]) -> None:
-        kind, message_id = event["type"], event.get("message")
+    async def _relay(self, event: Event) -> None:
+        kind, message_id = event["type"], event["message"]
         if message_id in self.finished:
             return
-        if kind == "token":
+        if event["type"] == "token":
             await self._token(event["message"], event["at"], event["text"])
             return
         if kind in ("question", "status", "citations"):
-            key = (message_id, kind, event.get("state", ""))
+            key = (message_id, kind, event["state"] if event["type"] == "status" else "")
             if key in self.seen:
                 return
             self.seen.add(key)

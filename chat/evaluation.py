@@ -26,18 +26,17 @@ def answer_record(*, backend: Backend, user: Any, query: str, result: SearchResu
     answer: dict[str, Any] = {"text": "", "refused": False, "citations": [], "first_token_ms": None}
     quotes: list[str] = []
     for event in answer_events(user=user, question=query, result=result, started=started, backend=backend):
-        kind = event["type"]
-        if kind == "refused":
+        if event["type"] == "refused":
             answer.update(text=event["text"], refused=True, reason=event["reason"])
-        elif kind == "citations":
+        elif event["type"] == "citations":
             answer["citations"] = [{"n": c["number"], "doc": paths[c["document_id"]], "start": c["start"],
                                     "end": c["end"]} for c in event["citations"]]
             quotes = [c["quote"] for c in event["citations"]]
-        elif kind == "done":
+        elif event["type"] == "done":
             answer.update(text=event["text"], first_token_ms=event["timings"]["first_token_ms"],
                           cited_sentences=len(cited_sentences(event["text"])),
                           unsupported=[c["sentence"] for c in event["unsupported"]])
-        elif kind == "error":
+        elif event["type"] == "error":
             answer.update(error=event["error"])
     answer["quotes"] = quotes
     answer["ms"] = (time.perf_counter() - started) * 1000

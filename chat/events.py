@@ -16,12 +16,15 @@ import logging
 import os
 import threading
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, Final, Literal, NotRequired
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, NotRequired
 
 from channels.layers import get_channel_layer
+from pydantic import Field
 
 # pydantic (the API's schemas) reads typing_extensions' TypedDict on Python 3.11, not typing's.
 from typing_extensions import TypedDict
+
+from chat.support import UnsupportedClaim
 
 if TYPE_CHECKING:
     from chat.models import Citation
@@ -119,6 +122,13 @@ class CitationsEvent(TypedDict):
     citations: list[CitationPayload]
 
 
+class ClaimPayload(UnsupportedClaim):
+    """An unsupported claim as sent: as the stream found it, and once stored with a reviewer's verdict."""
+
+    verdict: NotRequired[Literal["open", "confirmed", "dismissed"]]
+    reviewer: NotRequired[str]
+
+
 class DoneEvent(TypedDict):
     type: Literal["done"]
     message: int
@@ -129,7 +139,8 @@ class DoneEvent(TypedDict):
     model: str
     notice: str
     timings: Timings
-    withheld: NotRequired[bool]  # set once stored: True when this reader may not see a cited document
+    withheld: bool  # True when this reader may not see a document the answer drew on (only ever in replay)
+    unsupported: list[ClaimPayload]
 
 
 class RefusedEvent(TypedDict):
@@ -148,13 +159,15 @@ class ErrorEvent(TypedDict):
 
 
 Event = QuestionEvent | StatusEvent | TokenEvent | CitationsEvent | DoneEvent | RefusedEvent | ErrorEvent
+# The same union for schemas (the REST API sends stored messages as these events): one branch per `type`.
+EventSchema = Annotated[Event, Field(discriminator="type")]
 
 
 class ChatEventMessage(TypedDict):
     """What goes over the channel layer to every consumer in the conversation's group."""
 
     type: Literal["chat.event"]
-    event: dict[str, Any]
+    event: Event
 
 
 class _LoopThread:
@@ -184,7 +197,7 @@ def group_name(conversation_id: int) -> str:
     return f"chat.{conversation_id}"
 
 
-def publish(conversation_id: int, event: Event | dict[str, Any]) -> bool:
+def publish(conversation_id: int, event: Event) -> bool:
     """Send `event` to everyone watching the conversation; False (logged) when the layer is unreachable.
 
     A lost event costs nothing permanent: the text is stored first, and a client that
@@ -193,7 +206,7 @@ def publish(conversation_id: int, event: Event | dict[str, Any]) -> bool:
     layer = get_channel_layer()
     if layer is None:
         return False
-    message: ChatEventMessage = {"type": HANDLER, "event": dict(event)}
+    message: ChatEventMessage = {"type": HANDLER, "event": event}
     try:
         _publisher.run(layer.group_send(group_name(conversation_id), dict(message)), PUBLISH_TIMEOUT_S)
     except Exception:  # the answer goes on; readers recover from the stored text

@@ -17,7 +17,7 @@ from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, 
 from accounts.acl import is_active_user, visible_documents
 from chat import conf
 from chat.citations import render_html
-from chat.events import CitationPayload, Timings, citation_from_stored
+from chat.events import CitationPayload, ClaimPayload, Event, Timings, citation_from_stored
 from chat.models import Citation, Conversation, Feedback, Message
 
 WITHHELD = "This answer is hidden because it draws on a document you cannot read (any more)."
@@ -62,7 +62,7 @@ class MessageView:
     withheld: bool
     citations: list[CitationPayload] = field(default_factory=list)
     restricted: list[int] = field(default_factory=list)  # numbers of citations hidden from this reader
-    unsupported: list[dict[str, Any]] = field(default_factory=list)  # chat.support's flags, with verdicts
+    unsupported: list[ClaimPayload] = field(default_factory=list)  # chat.support's flags, with verdicts
 
     @property
     def timings(self) -> Timings:
@@ -115,49 +115,74 @@ def message_views(messages: Sequence[Message], *, viewer: Any) -> list[MessageVi
     return views
 
 
-def conversation_messages(conversation: Conversation, *, since: int | None = None) -> list[Message]:
-    qs = conversation.messages.prefetch_related("citations").order_by("pk")
+# Even, so that a page of a conversation (questions and answers alternate) holds whole turns.
+MESSAGES_PAGE = 50
+
+
+def conversation_messages(conversation: Conversation, *, since: int | None = None, before: int | None = None,
+                          limit: int = MESSAGES_PAGE) -> list[Message]:
+    """The latest `limit` messages with an id above `since` and below `before`, oldest first (citations prefetched)."""
+    qs = conversation.messages.prefetch_related("citations").order_by("-pk")
     if since:
         qs = qs.filter(pk__gt=since)
-    return list(qs)
+    if before:
+        qs = qs.filter(pk__lt=before)
+    return list(reversed(qs[:limit]))
 
 
-def conversation_replay(conversation: Conversation, *, viewer: Any, since: int | None = None) -> list[dict[str, Any]]:
-    """The events a reader connecting now gets first: every message so far, as stored.
+@dataclass(frozen=True)
+class MessagePage:
+    """One page of a conversation as a reader may see it, oldest first."""
+
+    views: list[MessageView]
+    before: int | None  # the cursor for the page before this one; None when this page starts the conversation
+
+
+def conversation_page(conversation: Conversation, *, viewer: Any, since: int | None = None,
+                      before: int | None = None, limit: int = MESSAGES_PAGE) -> MessagePage:
+    """The latest `limit` messages (after `since`, before `before`) as `viewer` may see them: a request's
+    work stays bounded however long the conversation grows; `before` of the result leads to the earlier ones."""
+    messages = conversation_messages(conversation, since=since, before=before, limit=limit + 1)
+    more = len(messages) > limit
+    messages = messages[1:] if more else messages
+    return MessagePage(message_views(messages, viewer=viewer), messages[0].pk if more else None)
+
+
+def message_events(view: MessageView) -> list[Event]:
+    """The events that bring a reader up to date with one stored message: the websocket replay,
+    the REST API and the Ask page all show a stored message through these.
 
     A running answer's stored text comes as one token event at offset 0; the producer
     stores text before publishing it, so live events after this only ever add to it.
     """
-    events: list[dict[str, Any]] = []
-    for view in message_views(conversation_messages(conversation, since=since), viewer=viewer):
-        m = view.message
-        if m.role == Message.Role.USER:
-            events.append({"type": "question", "message": m.pk, "text": m.text})
-            continue
-        if m.status == Message.Status.PENDING:
-            events.append({"type": "status", "message": m.pk, "state": "queued"})
-        elif m.status == Message.Status.RUNNING:
-            state = {"type": "status", "message": m.pk, "state": "generating" if m.backend else "retrieving"}
-            if m.backend:
-                state.update(backend=m.backend, model=m.model, notice=m.notice, intent=m.intent)
-            events.append(state)
-            if m.text and not view.withheld:
-                events.append({"type": "token", "message": m.pk, "at": 0, "text": m.text})
-        elif m.status == Message.Status.REFUSED:
-            events.append({"type": "refused", "message": m.pk, "reason": m.refusal_reason, "text": m.text,
-                           "intent": m.intent, "timings": view.timings})
-        elif m.status == Message.Status.FAILED:
-            if m.text and not view.withheld:
-                events.append({"type": "token", "message": m.pk, "at": 0, "text": m.text})
-            events.append({"type": "error", "message": m.pk, "error": m.error})
-        else:
-            if not view.withheld:
-                events.append({"type": "token", "message": m.pk, "at": 0, "text": m.text})
-            events.append({"type": "citations", "message": m.pk, "citations": view.citations})
-            events.append({"type": "done", "message": m.pk, "text": view.text, "html": view.html,
-                           "intent": m.intent, "backend": m.backend, "model": m.model, "notice": m.notice,
-                           "timings": view.timings, "withheld": view.withheld, "unsupported": view.unsupported})
-    return events
+    m = view.message
+    if m.role == Message.Role.USER:
+        return [{"type": "question", "message": m.pk, "text": m.text}]
+    text: list[Event] = [{"type": "token", "message": m.pk, "at": 0, "text": m.text}] if not view.withheld else []
+    if m.status == Message.Status.PENDING:
+        return [{"type": "status", "message": m.pk, "state": "queued"}]
+    if m.status == Message.Status.RUNNING:
+        status: Event = {"type": "status", "message": m.pk, "state": "generating", "backend": m.backend,
+                         "model": m.model, "notice": m.notice, "intent": m.intent} if m.backend else {
+                         "type": "status", "message": m.pk, "state": "retrieving"}
+        return [status, *(text if m.text else [])]
+    if m.status == Message.Status.REFUSED:
+        return [{"type": "refused", "message": m.pk, "reason": m.refusal_reason, "text": m.text, "intent": m.intent,
+                 "timings": view.timings}]
+    if m.status == Message.Status.FAILED:
+        return [*(text if m.text else []), {"type": "error", "message": m.pk, "error": m.error}]
+    return [*text, {"type": "citations", "message": m.pk, "citations": view.citations},
+            {"type": "done", "message": m.pk, "text": view.text, "html": view.html, "intent": m.intent,
+             "backend": m.backend, "model": m.model, "notice": m.notice, "timings": view.timings,
+             "withheld": view.withheld, "unsupported": view.unsupported}]
+
+
+def conversation_replay(conversation: Conversation, *, viewer: Any, since: int | None = None,
+                        limit: int = MESSAGES_PAGE) -> list[Event]:
+    """The events a reader connecting now gets first: the latest `limit` messages (after `since`), as stored.
+    Earlier ones come from the REST API, a page at a time."""
+    page = conversation_page(conversation, viewer=viewer, since=since, limit=limit)
+    return [event for view in page.views for event in message_events(view)]
 
 
 def _answers() -> QuerySet[Message]:

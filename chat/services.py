@@ -17,8 +17,8 @@ from django.utils import timezone
 
 from accounts.acl import is_active_user
 from chat import conf
-from chat.answering import answer_stream
-from chat.events import publish
+from chat.answering import AnswerRecord, answer_stream
+from chat.events import CitationPayload, Event, publish
 from chat.models import Citation, Conversation, Feedback, Message
 from chat.selectors import earlier_questions
 
@@ -73,8 +73,9 @@ def question_ask(*, user: Any, question: str, conversation_id: int | None = None
     answer = Message.objects.create(
         conversation=conversation, role=Message.Role.ASSISTANT, question=asked, status=Message.Status.PENDING
     )
-    for event in ({"type": "question", "message": asked.pk, "text": question},
-                  {"type": "status", "message": answer.pk, "state": "queued"}):
+    events: list[Event] = [{"type": "question", "message": asked.pk, "text": question},
+                           {"type": "status", "message": answer.pk, "state": "queued"}]
+    for event in events:
         transaction.on_commit(partial(publish, conversation.pk, event))
     if enqueue:
         from chat.tasks import answer_message
@@ -112,17 +113,15 @@ class _Writer:
         self.message = message
         self.conversation_id = message.conversation_id
 
-    def send(self, event: dict[str, Any]) -> None:
-        publish(self.conversation_id, {k: v for k, v in event.items() if not k.startswith("_")}
-                | {"message": self.message.pk})
+    def send(self, event: Event) -> None:
+        publish(self.conversation_id, event)
 
-    def token(self, event: dict[str, Any]) -> None:
-        Message.objects.filter(pk=self.message.pk).update(text=Concat("text", Value(event["text"])))
-        self.send(event)
-
-    def finish(self, event: dict[str, Any], **fields: Any) -> None:
-        fields.setdefault("finished_at", timezone.now())
+    def update(self, **fields: Any) -> None:
         Message.objects.filter(pk=self.message.pk).update(**fields)
+
+    def finish(self, event: Event, **fields: Any) -> None:
+        fields.setdefault("finished_at", timezone.now())
+        self.update(**fields)
         self.send(event)
 
 
@@ -147,15 +146,17 @@ def answer_produce(*, message_id: int, job_id: str | uuid.UUID | None = None) ->
     status: str | None = None
     try:
         question = message.question.text if message.question else ""
-        events = answer_stream(user=message.conversation.owner, question=question, earlier=earlier_questions(message))
-        for event in events:
-            status = _store(writer, event) or status
+        stream = answer_stream(user=message.conversation.owner, question=question, message=message.pk,
+                               earlier=earlier_questions(message))
+        for event in stream:
+            status = _store(writer, event, stream.record) or status
         if status is None:
             raise RuntimeError("the answer stream ended without done, refused or error")
     except Exception:
         log.exception("answer %s failed", message_id)
         status = Message.Status.FAILED
-        writer.finish({"type": "error", "error": "The answer could not be finished: an internal error occurred."},
+        writer.finish({"type": "error", "message": message_id,
+                       "error": "The answer could not be finished: an internal error occurred."},
                       status=status, error="internal error (see the worker log)")
     finally:
         # Request-scoped memory goes now: the generator (sources, prompt, backend state),
@@ -189,49 +190,49 @@ def answers_expire(*, now: datetime | None = None) -> int:
     return expired
 
 
-def _store(writer: _Writer, event: dict[str, Any]) -> str | None:
-    kind = event["type"]
-    facts = event.get("_facts", {})
-    if kind == "token":
-        writer.token(event)
+def _store(writer: _Writer, event: Event, record: AnswerRecord) -> str | None:
+    """Store one event of the stream (with what `record` holds for it) and publish it; the answer's
+    final status once it is finished, else None."""
+    if event["type"] == "token":
+        writer.update(text=Concat("text", Value(event["text"])))
+        writer.send(event)
         return None
-    if kind == "status":
+    if event["type"] == "status":
         if event["state"] == "generating":
-            Message.objects.filter(pk=writer.message.pk).update(
-                backend=event["backend"], model=event["model"][:200], notice=event["notice"][:300],
-                source_documents=event["_sources"], **facts
-            )
+            writer.update(backend=event["backend"], model=event["model"][:200], notice=event["notice"][:300],
+                          source_documents=record.sources, **_search_facts(record))
         writer.send(event)
         return None
-    if kind == "refused":
-        timings = event["timings"]
+    if event["type"] == "refused":
         writer.finish(event, status=Message.Status.REFUSED, text=event["text"], refusal_reason=event["reason"],
-                      **facts, **timings)
+                      **_search_facts(record), **event["timings"])
         return Message.Status.REFUSED
-    if kind == "citations":
-        Citation.objects.bulk_create(
-            Citation(
-                message_id=writer.message.pk, number=c["number"], chunk_id=c["chunk_id"], document_id=c["document_id"],
-                document_title=c["document_title"][:300], label=c["label"][:1000], link=c["link"][:300],
-                quote=c["quote"], start=c["start"], end=c["end"], page=c["page"], parts=c["parts"],
-                distance=c["distance"],
-            )
-            for c in event["citations"]
-        )
+    if event["type"] == "citations":
+        Citation.objects.bulk_create(citation_row(writer.message.pk, c) for c in event["citations"])
         writer.send(event)
         return None
-    if kind == "done":
+    if event["type"] == "done":
         claims = [claim | {"verdict": Message.Verdict.OPEN.value} for claim in event["unsupported"]]
-        writer.finish(event | {"withheld": False}, status=Message.Status.DONE, text=event["text"], unsupported=claims,
-                      **event["timings"])
+        writer.finish(event, status=Message.Status.DONE, text=event["text"], unsupported=claims, **event["timings"])
         return Message.Status.DONE
-    if kind == "error":
+    if event["type"] == "error":
         fields: dict[str, Any] = {"status": Message.Status.FAILED, "error": event["error"]}
-        if event.get("_withdraw"):
+        if record.withdrawn:
             fields["text"] = ""  # what it drew on may now be hidden from its reader
         writer.finish(event, **fields)
         return Message.Status.FAILED
-    raise ValueError(f"unknown answer event {kind!r}")
+    raise ValueError(f"unexpected answer event {event['type']!r}")
+
+
+def _search_facts(record: AnswerRecord) -> dict[str, Any]:
+    return {"intent": record.intent, "nearest_distance": record.nearest_distance, "threshold": record.threshold}
+
+
+def citation_row(message_id: int, citation: CitationPayload) -> Citation:
+    """The stored form of a citation the stream sent (chat.events.citation_from_stored reads it back)."""
+    return Citation(message_id=message_id, **citation | {
+        "document_title": citation["document_title"][:300], "label": citation["label"][:1000],
+        "link": citation["link"][:300]})
 
 
 def feedback_add(*, reviewer: Any, message: Message, kind: str, citation_number: int | None = None,

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TypedDict
+
+# pydantic (the API schemas that send these) reads typing_extensions' TypedDict on Python 3.11, not typing's.
+from typing_extensions import TypedDict
 
 SUPPORT_SHARE = 0.6
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
+from chat.events import Event
 from kb.models import Document
 from tests.factories import ingested_document
 
@@ -41,6 +43,12 @@ Only the on-call engineer may read it out over the phone, and never in a chat ch
 EXPORT_QUESTION = "How do I export the Shipments list, and which formats does the Export dialog offer?"
 VAULT_QUESTION = "What is the vault rotation code for the Oslo depot?"
 OOD_QUESTION = "What is the airspeed velocity of an unladen swallow carrying a coconut?"
+
+
+def received(stream: Iterable[Event]) -> list[dict[str, Any]]:
+    """A stream's events as a client reads them off the wire (JSON), with any key readable without narrowing."""
+    events: list[dict[str, Any]] = json.loads(json.dumps(list(stream)))
+    return events
 
 
 @pytest.fixture(autouse=True)

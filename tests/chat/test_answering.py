@@ -13,7 +13,7 @@ from chat.models import Citation, Message
 from chat.selectors import WITHHELD, conversation_replay, message_views
 from chat.services import answer_produce, question_ask
 from kb.models import Chunk, Document
-from tests.chat.conftest import EXPORT_QUESTION, OOD_QUESTION, VAULT_QUESTION
+from tests.chat.conftest import EXPORT_QUESTION, OOD_QUESTION, VAULT_QUESTION, received
 from tests.chat.openai_stub import StubOpenAI
 from tests.factories import ingested_document
 
@@ -33,7 +33,7 @@ def ask_and_produce(user: Any, question: str, conversation_id: int | None = None
 
 
 def test_events_come_in_order_and_every_quote_is_the_chunks_content(corpus: dict[str, Document], people: dict[str, Any]) -> None:
-    events = list(answer_stream(user=people["carol"], question=EXPORT_QUESTION))
+    events = received(answer_stream(user=people["carol"], question=EXPORT_QUESTION))
     kinds = [e["type"] for e in events]
     assert kinds[:2] == ["status", "status"] and [e["state"] for e in events[:2]] == ["retrieving", "generating"]
     assert set(kinds[2:-2]) == {"token"} and kinds[-2:] == ["citations", "done"]
@@ -67,7 +67,7 @@ def test_an_out_of_domain_question_is_refused_and_no_backend_is_called(
 ) -> None:
     with StubOpenAI() as stub:
         use_stub(settings, stub)
-        events = list(answer_stream(user=people["alice"], question=OOD_QUESTION))
+        events = received(answer_stream(user=people["alice"], question=OOD_QUESTION))
         answer = ask_and_produce(people["alice"], OOD_QUESTION)
         assert stub.requests == []  # the backend's call count stays 0
     assert [e["type"] for e in events] == ["status", "refused"]
@@ -132,7 +132,7 @@ def test_a_split_section_is_one_source_of_all_its_parts(people: dict[str, Any]) 
     document.refresh_from_db()
     parts = list(Chunk.objects.filter(document=document).order_by("ordinal"))
     assert len(parts) > 1 and parts[0].parts == len(parts)
-    events = list(answer_stream(user=people["carol"], question="Which field must be filled in about the Hazmat licence on the Carrier onboarding screen?"))
+    events = received(answer_stream(user=people["carol"], question="Which field must be filled in about the Hazmat licence on the Carrier onboarding screen?"))
     citations = next(e for e in events if e["type"] == "citations")["citations"]
     assert len(citations) == 1
     cited = citations[0]
@@ -150,7 +150,7 @@ def test_a_failing_model_server_yields_an_error_and_a_stored_failed_message(
 ) -> None:
     with StubOpenAI(mode=mode) as stub:
         use_stub(settings, stub, read_timeout=1.0)
-        events = list(answer_stream(user=people["carol"], question=EXPORT_QUESTION))
+        events = received(answer_stream(user=people["carol"], question=EXPORT_QUESTION))
         answer = ask_and_produce(people["carol"], EXPORT_QUESTION)
     assert events[-1]["type"] == "error" and message in events[-1]["error"], events[-1]
     assert "citations" not in [e["type"] for e in events]
@@ -183,7 +183,8 @@ def test_access_lost_while_the_model_writes_withdraws_the_answer(
                 stub.resume()
                 break
         seen += list(events)
-    assert seen[-1] == {"type": "error", "error": ACCESS_CHANGED, "_withdraw": True}
+    assert seen[-1] == {"type": "error", "message": 0, "error": ACCESS_CHANGED}
+    assert events.record.withdrawn  # the producer clears the stored text (next test)
     assert "citations" not in [e["type"] for e in seen]
 
 

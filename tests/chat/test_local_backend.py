@@ -11,7 +11,7 @@ import pytest
 from chat.answering import answer_stream
 from chat.backends.local import NOTICE, gguf_location
 from kb.models import Document
-from tests.chat.conftest import EXPORT_QUESTION
+from tests.chat.conftest import EXPORT_QUESTION, received
 
 
 def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -41,7 +41,7 @@ def test_the_local_model_streams_an_answer_from_site_packages(
     _loopback_only(monkeypatch)
     settings.KB_ANSWER_BACKEND = "local"
     settings.KB_LOCAL_MAX_TOKENS = 24
-    events = list(answer_stream(user=people["carol"], question=EXPORT_QUESTION))
+    events = received(answer_stream(user=people["carol"], question=EXPORT_QUESTION))
     generating = events[1]
     assert generating["state"] == "generating" and generating["backend"] == "local"
     assert generating["notice"] == NOTICE and "may be wrong" in NOTICE

@@ -24,6 +24,8 @@
   var socketFor = null;
   var turns = {}; // answer message id -> turn
   var turnList = [];
+  var earlier = null; // while an earlier page is shown: {before: node it goes above, list: its turns}
+  var replaying = false; // while stored messages are shown: their ends do not each reload the history
   var lastQuestion = "";
   var chipCount = 0; // keeps preview ids unique when a source is cited twice
 
@@ -153,20 +155,29 @@
     node.appendChild(q);
     node.appendChild(meta);
     node.appendChild(body);
-    answerEl.appendChild(node);
     var turn = { id: null, node: node, meta: meta, body: body, text: "", question: questionText, citations: [], finished: false };
-    turnList.push(turn);
+    if (earlier) {
+      answerEl.insertBefore(node, earlier.before);
+      earlier.list.push(turn);
+    } else {
+      answerEl.appendChild(node);
+      turnList.push(turn);
+    }
     return turn;
   }
 
+  // The turns events go to now: an earlier page's while it is being shown, else the conversation's.
+  function activeTurns() { return earlier ? earlier.list : turnList; }
+
   function turnFor(messageId) {
     if (turns[messageId]) return turns[messageId];
-    for (var i = 0; i < turnList.length; i++) {
-      if (turnList[i].id === null) {
-        turnList[i].id = messageId;
-        turnList[i].node.setAttribute("data-message", String(messageId));
-        turns[messageId] = turnList[i];
-        return turnList[i];
+    var list = activeTurns();
+    for (var i = 0; i < list.length; i++) {
+      if (list[i].id === null) {
+        list[i].id = messageId;
+        list[i].node.setAttribute("data-message", String(messageId));
+        turns[messageId] = list[i];
+        return list[i];
       }
     }
     var turn = newTurn("");
@@ -229,8 +240,8 @@
     var turn;
     switch (event.type) {
       case "question":
-        if (!turnList.some(function (t) { return t.questionId === event.message; })) {
-          var pending = turnList.filter(function (t) { return t.questionId === undefined && t.id === null && t.question === event.text; })[0];
+        if (!turnList.concat(earlier ? earlier.list : []).some(function (t) { return t.questionId === event.message; })) {
+          var pending = activeTurns().filter(function (t) { return t.questionId === undefined && t.id === null && t.question === event.text; })[0];
           turn = pending || newTurn(event.text);
           turn.questionId = event.message;
         }
@@ -263,6 +274,7 @@
         return;
       case "done":
         turn = turnFor(event.message);
+        if (turn.finished) return; // a reconnect's replay: already shown
         turn.finished = true;
         turn.streamNode = null;
         turn.text = event.text || turn.text;
@@ -280,6 +292,7 @@
         return;
       case "refused":
         turn = turnFor(event.message);
+        if (turn.finished) return;
         turn.finished = true;
         turn.refused = true;
         setMeta(turn, "", false);
@@ -290,6 +303,7 @@
         return;
       case "error":
         turn = event.message ? turnFor(event.message) : turnList[turnList.length - 1];
+        if (turn && turn.finished && event.message) return;
         if (turn) {
           turn.finished = true;
           setMeta(turn, "", false);
@@ -327,6 +341,7 @@
   }
 
   function finish() {
+    if (replaying) return;
     busy(false);
     loadHistory();
   }
@@ -420,6 +435,48 @@
     });
   }
 
+  // A page of stored messages, each shown through the same events the socket sends for it (the REST
+  // payload carries them); returns the id of the first answer still being written, if any.
+  function showMessages(data) {
+    var resume = null;
+    replaying = true;
+    try {
+      data.messages.forEach(function (m) {
+        m.events.forEach(handle);
+        if (m.role === "assistant" && m.rating) ratingView(turnFor(m.id), m.rating);
+        if (resume === null && (m.status === "pending" || m.status === "running")) resume = m.id;
+      });
+    } finally { replaying = false; }
+    earlierButton(data.before);
+    return resume;
+  }
+
+  // Long conversations come a page at a time: this button above the oldest shown brings the page before.
+  function earlierButton(before) {
+    var old = answerEl.querySelector(".turn-earlier");
+    if (old) old.remove();
+    if (before === null || before === undefined) return;
+    var button = el("button", "btn btn-small btn-ghost turn-earlier", "Show earlier messages");
+    button.type = "button";
+    button.addEventListener("click", function () {
+      var id = conversation;
+      button.disabled = true;
+      api("GET", "/api/conversations/" + id + "?before=" + before).then(function (data) {
+        if (conversation !== id) return;
+        earlier = { before: answerEl.firstChild, list: [] };
+        try { showMessages(data); } finally {
+          turnList = earlier.list.concat(turnList);
+          earlier = null;
+        }
+        if (turnList.length) renderSources(turnList[turnList.length - 1]);
+      }).catch(function (error) {
+        button.disabled = false;
+        showStatus("error", "The earlier messages could not be loaded: " + error.message);
+      });
+    });
+    answerEl.insertBefore(button, answerEl.firstChild);
+  }
+
   function openConversation(id) {
     return api("GET", "/api/conversations/" + id).then(function (data) {
       if (socket) { var old = socket; socket = null; old.close(1000); }
@@ -428,34 +485,12 @@
       answerEl.textContent = "";
       turns = {};
       turnList = [];
-      var lastId = 0;
-      var running = false;
-      var lastTurn = null;
-      data.messages.forEach(function (m) {
-        lastId = Math.max(lastId, m.id);
-        if (m.role === "user") {
-          lastTurn = newTurn(m.text);
-          lastTurn.questionId = m.id;
-          return;
-        }
-        var turn = turnFor(m.id);
-        lastTurn = turn;
-        turn.citations = m.citations || [];
-        if (m.status === "done") {
-          handle({ type: "done", message: m.id, text: m.text, backend: m.backend, notice: m.notice, withheld: m.withheld, rating: m.rating });
-        } else if (m.status === "refused") {
-          handle({ type: "refused", message: m.id, text: m.text, rating: m.rating });
-        } else if (m.status === "failed") {
-          handle({ type: "error", message: m.id, error: m.error });
-        } else {
-          running = true;
-        }
-      });
-      if (lastTurn) renderSources(lastTurn);
+      var resume = showMessages(data);
+      if (turnList.length) renderSources(turnList[turnList.length - 1]);
       busy(false);
       loadHistory();
-      // A running answer: the socket replays it from the start and streams the rest.
-      if (running) { answerEl.textContent = ""; turns = {}; turnList = []; connect(conversation); }
+      // An answer still being written: the socket replays it from there and streams the rest.
+      if (resume !== null) connect(conversation, resume - 1);
     }).catch(function (error) { showStatus("error", "That conversation could not be opened: " + error.message); });
   }
 
