@@ -299,3 +299,42 @@ def test_sam_sees_an_unsupported_claim_first_and_confirms_it(
     page.wait_for_selector(".unsupported-claim[data-verdict=confirmed]")
     assert Message.objects.get(pk=flagged.pk).unsupported[0]["verdict"] == "confirmed"
     assert Feedback.objects.get(message=flagged).kind == "unsupported"
+
+
+# --------------------------------------------------------------------------- (f) long conversations
+
+
+def test_a_long_conversation_opens_at_its_latest_page_and_a_waiting_answer_streams_in(
+    open_page: Any, people: dict[str, Any]
+) -> None:
+    from chat.selectors import MESSAGES_PAGE
+    from chat.services import answer_produce, question_ask
+    from tests.chat.test_pages import long_conversation
+
+    alice = people["alice"]
+    corpus = {"shipments": ingested_document(SHIPMENTS, "shipments.md"),
+              "vault": ingested_document(VAULT, "vault.md", public=False, groups=[people["groups"]["engineering"]])}
+    turns = MESSAGES_PAGE // 2 + 5
+    conversation = long_conversation(alice, corpus, turns=turns)
+    waiting = question_ask(user=alice, question=EXPORT_QUESTION, conversation_id=conversation.pk, enqueue=False)
+
+    page = open_page(alice)
+    page.goto(f"/?c={conversation.pk}")
+    page.wait_for_selector("#answer .turn-earlier")
+    questions = page.locator("#answer .turn-question").all_inner_texts()
+    assert len(questions) == MESSAGES_PAGE // 2 and questions[-1].endswith(EXPORT_QUESTION)
+    assert "Waiting for the assistant" in page.locator("#answer .turn").last.inner_text()
+
+    page.click("#answer .turn-earlier")
+    page.wait_for_function(f"() => document.querySelectorAll('#answer .turn').length === {turns + 1}")
+    assert page.locator("#answer .turn-earlier").count() == 0  # nothing earlier is left
+    questions = page.locator("#answer .turn-question").all_inner_texts()
+    assert [q.split(":", 1)[1].strip() for q in questions] == [
+        *(f"question {i}" for i in range(turns)), EXPORT_QUESTION]
+    assert page.locator("#answer .turn").first.locator(".cite-chip").count() == 1
+
+    # The page resumed the stream of the answer that was still waiting: it arrives without a reload.
+    answer_produce(message_id=waiting.answer.pk, job_id=str(waiting.answer.job_id))
+    page.wait_for_function("() => window.__kbAsk.events.includes('done')", timeout=30_000)
+    page.locator("#answer .turn").last.locator(".cite-chip").first.wait_for()
+    assert page.locator("#answer .answer-error").count() == 0
