@@ -208,7 +208,7 @@ def _store(writer: _Writer, event: Event, record: AnswerRecord) -> str | None:
                       **_search_facts(record), **event["timings"])
         return Message.Status.REFUSED
     if event["type"] == "citations":
-        Citation.objects.bulk_create(citation_row(writer.message.pk, c) for c in event["citations"])
+        Citation.objects.bulk_create(_citation_row(writer.message.pk, c) for c in event["citations"])
         writer.send(event)
         return None
     if event["type"] == "done":
@@ -228,7 +228,7 @@ def _search_facts(record: AnswerRecord) -> dict[str, Any]:
     return {"intent": record.intent, "nearest_distance": record.nearest_distance, "threshold": record.threshold}
 
 
-def citation_row(message_id: int, citation: CitationPayload) -> Citation:
+def _citation_row(message_id: int, citation: CitationPayload) -> Citation:
     """The stored form of a citation the stream sent (chat.events.citation_from_stored reads it back)."""
     return Citation(message_id=message_id, **citation | {
         "document_title": citation["document_title"][:300], "label": citation["label"][:1000],
