@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+from channels.db import database_sync_to_async
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -14,7 +16,8 @@ from chat.models import Citation, Conversation, Message
 from chat.selectors import MESSAGES_PAGE, WITHHELD, conversation_page, conversation_replay
 from chat.services import answer_produce, question_ask
 from kb.models import Chunk, Document
-from tests.chat.conftest import EXPORT_QUESTION, OOD_QUESTION, VAULT_QUESTION
+from tests.chat.conftest import EXPORT_QUESTION, OOD_QUESTION, VAULT_QUESTION, events_until
+from tests.chat.test_chat_ws import connected
 
 SECRET = "ZX-4412-QUARTZ"
 
@@ -112,6 +115,21 @@ def test_the_websocket_replay_is_the_latest_page(corpus: dict[str, Document], pe
 
     page = conversation_page(conversation, viewer=alice, before=ids[-MESSAGES_PAGE], limit=MESSAGES_PAGE)
     assert [v.message.pk for v in page.views] == ids[:-MESSAGES_PAGE] and page.before is None
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_connecting_to_a_long_conversation_replays_only_its_latest_page(
+    corpus: dict[str, Document], people: dict[str, Any]
+) -> None:
+    alice = people["alice"]
+    conversation = await database_sync_to_async(long_conversation)(alice, corpus, MESSAGES_PAGE)
+    ids = await database_sync_to_async(lambda: list(conversation.messages.order_by("pk").values_list("pk", flat=True)))()
+    communicator = await connected(conversation.pk, alice)
+    events = await events_until(communicator, lambda e: e["type"] == "done" and e["message"] == ids[-1])
+    assert sorted({e["message"] for e in events}) == ids[-MESSAGES_PAGE:]
+    assert events[0] == {"type": "question", "message": ids[-MESSAGES_PAGE], "text": f"question {MESSAGES_PAGE // 2}"}
+    assert await communicator.receive_nothing(timeout=0.5)  # and nothing older after it
+    await communicator.disconnect()
 
 
 def test_the_api_sends_each_stored_message_as_the_events_the_websocket_replays(
