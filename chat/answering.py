@@ -149,7 +149,7 @@ def _answered(record: AnswerRecord, *, user: Any, question: str, message: int, r
     timings: Timings = {"retrieval_ms": retrieval_ms, "first_token_ms": None, "total_ms": None}
     record.intent, record.nearest_distance, record.threshold = result.intent, result.nearest_distance, result.threshold
     if not result.answerable:
-        # NO ANSWER is decided by two numbers, before any model is asked anything.
+        # NO ANSWER is decided by retrieval's answerability model (search.answerability), before any model writes.
         timings["total_ms"] = _elapsed(started)
         yield {"type": "refused", "message": message, "reason": result.refusal_reason or "NO ANSWER",
                "text": refusal_text(result), "intent": result.intent, "timings": timings}
