@@ -20,14 +20,14 @@ from chat import selectors, services
 from chat.events import CitationPayload, EventSchema
 from chat.models import Conversation, Feedback, Message
 from chat.selectors import MessageView
-from kb.api_contract import BODY, NOT_FOUND, PARAMS, ErrorOut
+from kb.api_contract import BODY, NOT_FOUND, PARAMS, ErrorOut, TypedIn
 
 router = Router(tags=["chat"], auth=api_auth(Scope.ASK))
 
 PREVIEW_CHARS = 300  # of a quote in a list; answers get four times as much
 
 
-class AskIn(Schema):
+class AskIn(TypedIn):  # also a websocket message, whose "type" it ignores
     question: str = Field(min_length=1, max_length=services.MAX_QUESTION)
     conversation: int | None = None
 
@@ -94,7 +94,7 @@ class ConversationSummaryOut(Schema):
     updated_at: datetime
 
 
-class FeedbackIn(Schema):
+class FeedbackIn(TypedIn):
     kind: Literal["wrong_source", "unsupported", "outdated"]
     citation: int | None = Field(default=None, description="The citation's number; none flags the whole answer")
     note: str = Field(default="", max_length=4000)
@@ -149,7 +149,7 @@ class ReviewAnswerBriefOut(Schema):
     created_at: datetime
 
 
-class VerdictIn(Schema):
+class VerdictIn(TypedIn):
     verdict: Literal["confirmed", "dismissed"]
 
 
@@ -265,7 +265,7 @@ def _conversation_out(found: Conversation | None, *, viewer: Any, page: Messages
             "stream": stream_path(found.pk), "messages": [_message(v) for v in shown.views], "before": shown.before}
 
 
-class RatingIn(Schema):
+class RatingIn(TypedIn):
     rating: int
 
 

@@ -40,9 +40,16 @@ BODY: dict[int, Any] = {**PARAMS, 400: ErrorOut, 413: ErrorOut}
 NOT_FOUND: dict[int, Any] = {404: ErrorOut}
 
 
-class StrictIn(Schema):
-    """A JSON body that refuses what it does not know and values of the wrong JSON type (422 naming
-    the field). With every field optional, a misspelt `groups` or a JSON array would otherwise pass
-    as "all defaults" and, for access, quietly take every reader away; `"public": 0` is not `false`."""
+class TypedIn(Schema):
+    """A JSON body whose values must have their JSON type (422 naming the field): `"1"`, `1.0` and
+    `true` are not the number 1, and `0` is not `false`."""
+
+    model_config = ConfigDict(strict=True)
+
+
+class StrictIn(TypedIn):
+    """A typed body that also refuses fields it does not know. With every field optional, a misspelt
+    `groups` or a JSON array would otherwise pass as "all defaults" and, for access, quietly take
+    every reader away."""
 
     model_config = ConfigDict(extra="forbid", strict=True)

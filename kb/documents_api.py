@@ -10,7 +10,7 @@ page does. Tokens need `documents:read` to read and `documents:write` to change 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from django.http import Http404, HttpRequest
@@ -130,6 +130,17 @@ class DocumentFilter(Schema):
         if isinstance(value, str) and value.strip().lstrip("+-").replace(".", "", 1).isdigit():
             raise ValueError("give a date-time such as 2026-01-31T12:00:00Z, not a number")
         return value
+
+    @field_validator("updated_since")
+    @classmethod
+    def _in_utc(cls, value: datetime | None) -> datetime | None:
+        """ISO 8601 allows offsets that PostgreSQL refuses (past 15:59, which was a 500): the same instant in UTC."""
+        if value is None or value.tzinfo is None:
+            return value
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("the date-time is out of range") from None
 
 
 class UploadForm(Schema):

@@ -64,3 +64,16 @@ def test_a_search_longer_than_the_server_can_take_is_refused_by_name(people: dic
 def test_a_page_offset_past_what_postgresql_counts_is_refused(people: dict[str, Any]) -> None:
     response = Client().get("/api/conversations", {"offset": 2**64}, headers=bearer(people["alice"], ["ask"]))
     assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["query", "offset"]  # was a 500
+
+
+def test_any_offset_iso_8601_allows_is_a_date(people: dict[str, Any]) -> None:
+    headers = bearer(people["alice"], ["documents:read"])
+    response = Client().get("/api/documents", {"updated_since": "2026-07-29T10:51:37-16:18"}, headers=headers)
+    assert response.status_code == 200, response.content  # PostgreSQL refuses that offset: it was a 500
+
+
+@pytest.mark.parametrize("conversation", ["1", 1.0, True])
+def test_a_question_names_its_conversation_by_number(people: dict[str, Any], conversation: Any) -> None:
+    response = Client().post("/api/ask", json.dumps({"question": "Where is the export?", "conversation": conversation}),
+                             content_type="application/json", headers=bearer(people["alice"], ["ask"]))
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"][-1] == "conversation"

@@ -64,6 +64,8 @@ def run_schemathesis(base: str, token: str, report: Path) -> subprocess.Complete
         "--report", "json", "--report-json-path", str(report),
         "--no-color",
     ]
+    if os.environ.get("KB_FUZZ_SEED"):  # replay a run: its seed is printed
+        argv += ["--seed", os.environ["KB_FUZZ_SEED"]]
     env = dict(os.environ, SCHEMATHESIS_HOOKS="tests.robust.fuzz_hooks", PYTHONPATH=str(ROOT))
     return subprocess.run(argv, cwd=report.parent, env=env, capture_output=True, text=True, timeout=600)
 
@@ -90,7 +92,8 @@ def test_the_api_survives_its_own_schema_fuzzed(people: dict[str, Any], settings
     operations, cases = result["operations"], result["test_cases"]
     with capsys.disabled():
         print(f"\nAPI fuzzer: {cases['generated']} cases over {operations['tested']} operations in "
-              f"{result['running_time']:.0f} s, seed {result['seed']}, {len(result['failures'])} failure kinds, "
+              f"{result['running_time']:.0f} s, seed {result['seed']} (KB_FUZZ_SEED replays it), "
+              f"{len(result['failures'])} failure kinds, "
               f"{len(result['errors'])} errors (test-output/fuzz/output.txt)")
     summary = run.stdout[-6000:]
     assert operations["tested"] == operations["total"] >= 23, summary  # nothing left out
