@@ -20,7 +20,7 @@ from chat import selectors, services
 from chat.events import CitationPayload, EventSchema
 from chat.models import Conversation, Feedback, Message
 from chat.selectors import MessageView
-from kb.api_contract import BODY, NOT_FOUND, PARAMS, ErrorOut, TypedIn
+from kb.api_contract import BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, TypedIn
 
 router = Router(tags=["chat"], auth=api_auth(Scope.ASK))
 
@@ -28,7 +28,7 @@ PREVIEW_CHARS = 300  # of a quote in a list; answers get four times as much
 
 
 class AskIn(TypedIn):  # also a websocket message, whose "type" it ignores
-    question: str = Field(min_length=1, max_length=services.MAX_QUESTION)
+    question: str = Field(min_length=1, max_length=services.MAX_QUESTION, pattern=NO_NUL)
     conversation: int | None = None
 
 
@@ -97,7 +97,7 @@ class ConversationSummaryOut(Schema):
 class FeedbackIn(TypedIn):
     kind: Literal["wrong_source", "unsupported", "outdated"]
     citation: int | None = Field(default=None, description="The citation's number; none flags the whole answer")
-    note: str = Field(default="", max_length=4000)
+    note: str = Field(default="", max_length=4000, pattern=NO_NUL)
 
 
 class FeedbackOut(Schema):

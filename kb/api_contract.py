@@ -39,6 +39,9 @@ PARAMS: dict[int, Any] = {**ANY, 422: InvalidOut}
 BODY: dict[int, Any] = {**PARAMS, 400: ErrorOut, 413: ErrorOut}
 NOT_FOUND: dict[int, Any] = {404: ErrorOut}
 
+# Text that is stored or compared in PostgreSQL, which holds no NUL character (one was a 500): a 422.
+NO_NUL = r"^[^\x00]*$"
+
 
 class TypedIn(Schema):
     """A JSON body whose values must have their JSON type (422 naming the field): `"1"`, `1.0` and

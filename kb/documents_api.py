@@ -21,7 +21,7 @@ from pydantic import Field, field_validator
 
 from accounts.api import api_auth
 from accounts.models import Scope
-from kb.api_contract import ANY, BODY, NOT_FOUND, PARAMS, ErrorOut, StrictIn
+from kb.api_contract import ANY, BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, StrictIn
 from kb.models import Document, Folder
 from kb.selectors import (
     document_get,
@@ -119,7 +119,7 @@ class DocumentFilter(Schema):
     folder: str = Field(default="", pattern=r"^(\d+|none)?$", description="A folder id, or `none` for no folder")
     stale: bool | None = Field(default=None, description="true: only stale ready documents; false: all but those")
     updated_since: datetime | None = Field(default=None, description="Changed at or after this time (ISO 8601)")
-    q: str = Field(default="", max_length=200, description="Words in the title")
+    q: str = Field(default="", max_length=200, pattern=NO_NUL, description="Words in the title")
     limit: int = Field(default=50, ge=1, le=500)
     offset: int = Field(default=0, ge=0, le=2**31 - 1)
 
@@ -168,7 +168,8 @@ class UploadOut(Schema):
 
 
 class FolderIn(StrictIn):
-    name: str = Field(min_length=1, max_length=200, pattern=r"\S", examples=["Finance"])
+    # At least one visible character, and no NUL (NO_NUL).
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00]*[^\s\x00][^\x00]*$", examples=["Finance"])
     public: bool = Field(default=False, examples=[False])
     groups: list[int] = Field(default_factory=list, examples=[[3]])
     users: list[int] = Field(default_factory=list, examples=[[]])

@@ -77,3 +77,19 @@ def test_a_question_names_its_conversation_by_number(people: dict[str, Any], con
     response = Client().post("/api/ask", json.dumps({"question": "Where is the export?", "conversation": conversation}),
                              content_type="application/json", headers=bearer(people["alice"], ["ask"]))
     assert response.status_code == 422 and response.json()["detail"][0]["loc"][-1] == "conversation"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "data"),
+    [("get", "/api/documents", {"q": "a\x00b"}), ("post", "/api/ask", {"question": "a\x00b"}),
+     ("post", "/api/folders", {"name": "a\x00b"})],
+)
+def test_text_with_a_nul_is_refused_by_name(people: dict[str, Any], method: str, path: str, data: dict[str, str]) -> None:
+    headers = bearer(people["admin"], ["ask", "documents:read", "documents:write"])
+    client = Client()
+    if method == "get":
+        response = client.get(path, data, headers=headers)
+    else:
+        response = client.post(path, json.dumps(data), content_type="application/json", headers=headers)
+    assert response.status_code == 422, response.content  # PostgreSQL holds no NUL: it was a 500
+    assert response.json()["detail"][0]["loc"][-1] in data
