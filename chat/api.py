@@ -20,14 +20,15 @@ from chat import selectors, services
 from chat.events import CitationPayload, EventSchema
 from chat.models import Conversation, Feedback, Message
 from chat.selectors import MessageView
+from kb.api_contract import BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, TypedIn
 
 router = Router(tags=["chat"], auth=api_auth(Scope.ASK))
 
 PREVIEW_CHARS = 300  # of a quote in a list; answers get four times as much
 
 
-class AskIn(Schema):
-    question: str = Field(min_length=1, max_length=services.MAX_QUESTION)
+class AskIn(TypedIn):  # also a websocket message, whose "type" it ignores
+    question: str = Field(min_length=1, max_length=services.MAX_QUESTION, pattern=NO_NUL)
     conversation: int | None = None
 
 
@@ -93,10 +94,10 @@ class ConversationSummaryOut(Schema):
     updated_at: datetime
 
 
-class FeedbackIn(Schema):
+class FeedbackIn(TypedIn):
     kind: Literal["wrong_source", "unsupported", "outdated"]
     citation: int | None = Field(default=None, description="The citation's number; none flags the whole answer")
-    note: str = Field(default="", max_length=4000)
+    note: str = Field(default="", max_length=4000, pattern=NO_NUL)
 
 
 class FeedbackOut(Schema):
@@ -148,7 +149,7 @@ class ReviewAnswerBriefOut(Schema):
     created_at: datetime
 
 
-class VerdictIn(Schema):
+class VerdictIn(TypedIn):
     verdict: Literal["confirmed", "dismissed"]
 
 
@@ -161,7 +162,8 @@ class ReviewFilter(Schema):
 
 class ConversationPage(Schema):
     limit: int = Field(default=50, ge=1, le=200)
-    offset: int = Field(default=0, ge=0, description="Conversations to skip (the next page: offset + limit)")
+    # Bounded: PostgreSQL refuses an OFFSET past bigint, which was a 500.
+    offset: int = Field(default=0, ge=0, le=2**31 - 1, description="Conversations to skip (the next page: offset + limit)")
 
 
 class MessagesPage(Schema):
@@ -234,7 +236,7 @@ def _require_reviewer(request: HttpRequest) -> None:
         raise HttpError(404, "no such page")  # support's pages do not exist for anyone else
 
 
-@router.post("/ask", response={202: AskOut})
+@router.post("/ask", response={202: AskOut, **BODY, **NOT_FOUND, 429: ErrorOut})
 def ask(request: HttpRequest, payload: AskIn) -> Status[dict[str, Any]]:
     """Store the question and return at once; the answer streams to `stream` (a websocket)."""
     asked = services.question_ask(user=request.user, question=payload.question, conversation_id=payload.conversation)
@@ -242,13 +244,13 @@ def ask(request: HttpRequest, payload: AskIn) -> Status[dict[str, Any]]:
                         "message": asked.answer.pk, "stream": stream_path(asked.conversation.pk)})
 
 
-@router.get("/conversations", response=list[ConversationSummaryOut])
+@router.get("/conversations", response={200: list[ConversationSummaryOut], **PARAMS})
 def conversations(request: HttpRequest, page: Query[ConversationPage]) -> Any:
     """The caller's conversations, most recently active first, a page at a time."""
     return selectors.conversation_list(user=request.user, limit=page.limit, offset=page.offset)
 
 
-@router.get("/conversations/{conversation_id}", response=ConversationOut)
+@router.get("/conversations/{conversation_id}", response={200: ConversationOut, **PARAMS, **NOT_FOUND})
 def conversation(request: HttpRequest, conversation_id: int, page: Query[MessagesPage]) -> dict[str, Any]:
     """The conversation's latest messages, a page at a time: `before` leads to the earlier ones."""
     return _conversation_out(selectors.conversation_for_user(request.user, conversation_id), viewer=request.user,
@@ -263,18 +265,18 @@ def _conversation_out(found: Conversation | None, *, viewer: Any, page: Messages
             "stream": stream_path(found.pk), "messages": [_message(v) for v in shown.views], "before": shown.before}
 
 
-class RatingIn(Schema):
+class RatingIn(TypedIn):
     rating: int
 
 
-@router.post("/messages/{message_id}/rating", response=RatingIn)
+@router.post("/messages/{message_id}/rating", response={200: RatingIn, **BODY, **NOT_FOUND})
 def rate(request: HttpRequest, message_id: int, payload: RatingIn) -> dict[str, Any]:
     """Thumbs up (1) or down (-1) on one of your own answers; 0 takes it back."""
     message = services.message_rate(user=request.user, message_id=message_id, rating=payload.rating)
     return {"rating": message.rating}
 
 
-@router.get("/review/answers", response=list[ReviewAnswerBriefOut], tags=["review"])
+@router.get("/review/answers", response={200: list[ReviewAnswerBriefOut], **PARAMS, **NOT_FOUND}, tags=["review"])
 def review_answers(request: HttpRequest, filters: Query[ReviewFilter]) -> list[dict[str, Any]]:
     """A page of answers as the review desk shows them, those with unjudged unsupported claims first, then newest
     first: quotes and long answers
@@ -285,7 +287,7 @@ def review_answers(request: HttpRequest, filters: Query[ReviewFilter]) -> list[d
     return [_review_brief(v) for v in selectors.message_views(answers, viewer=request.user)]
 
 
-@router.get("/review/answers/{message_id}", response=ReviewAnswerOut, tags=["review"])
+@router.get("/review/answers/{message_id}", response={200: ReviewAnswerOut, **PARAMS, **NOT_FOUND}, tags=["review"])
 def review_answer(request: HttpRequest, message_id: int) -> dict[str, Any]:
     _require_reviewer(request)
     answer = selectors.review_answer(message_id)
@@ -294,7 +296,7 @@ def review_answer(request: HttpRequest, message_id: int) -> dict[str, Any]:
     return _review(selectors.message_views([answer], viewer=request.user)[0])
 
 
-@router.post("/review/answers/{message_id}/feedback", response={201: FeedbackOut}, tags=["review"])
+@router.post("/review/answers/{message_id}/feedback", response={201: FeedbackOut, **BODY, **NOT_FOUND}, tags=["review"])
 def review_feedback(request: HttpRequest, message_id: int, payload: FeedbackIn) -> Status[dict[str, Any]]:
     _require_reviewer(request)
     answer = Message.objects.filter(pk=message_id, role=Message.Role.ASSISTANT).first()
@@ -305,7 +307,8 @@ def review_feedback(request: HttpRequest, message_id: int, payload: FeedbackIn) 
     return Status(201, _feedback(created))
 
 
-@router.post("/review/answers/{message_id}/unsupported/{index}", response=ReviewAnswerOut, tags=["review"])
+@router.post("/review/answers/{message_id}/unsupported/{index}", response={200: ReviewAnswerOut, **BODY, **NOT_FOUND},
+             tags=["review"])
 def review_unsupported(request: HttpRequest, message_id: int, index: int, payload: VerdictIn) -> dict[str, Any]:
     """Confirm (filed as an "unsupported" flag) or dismiss the answer's unsupported claim `index` (0-based)."""
     _require_reviewer(request)
@@ -314,7 +317,8 @@ def review_unsupported(request: HttpRequest, message_id: int, index: int, payloa
     return review_answer(request, message_id)
 
 
-@router.get("/review/conversations/{conversation_id}", response=ConversationOut, tags=["review"])
+@router.get("/review/conversations/{conversation_id}", response={200: ConversationOut, **PARAMS, **NOT_FOUND},
+            tags=["review"])
 def review_conversation(request: HttpRequest, conversation_id: int, page: Query[MessagesPage]) -> dict[str, Any]:
     """Any conversation, read-only, a page at a time (support staff only; streaming stays with its owner)."""
     _require_reviewer(request)

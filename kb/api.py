@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.http.multipartparser import MultiPartParserError
 from ninja import NinjaAPI, Schema
 
 from accounts.api import api_auth
 from chat import services as chat_services
+from kb.api_contract import ANY
+
+logger = logging.getLogger(__name__)
 
 api = NinjaAPI(title="Knowledge base API", version="1", auth=api_auth(), urls_namespace="api")
 api.add_router("/search", "search.api.router")
@@ -34,6 +39,17 @@ def _rejected(request: HttpRequest, exc: Exception) -> HttpResponse:
     return api.create_response(request, {"detail": str(exc)}, status=422)
 
 
+@api.exception_handler(OperationalError)
+def _database_unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """PostgreSQL restarting or out of reach (or the pool out of connections): a short JSON 503 that
+    says to retry, not a 500 page; the pool reconnects by itself once the server is back."""
+    logger.warning("database unavailable for %s: %s", request.path, exc)
+    response = api.create_response(request, {"detail": "The database is unavailable; try again in a moment."},
+                                   status=503)
+    response["Retry-After"] = "5"
+    return response
+
+
 @api.exception_handler(MultiPartParserError)
 def _unreadable_form(request: HttpRequest, exc: Exception) -> HttpResponse:
     """Django refuses the whole form (a part's headers over 1 KB: a file name of about 900
@@ -47,7 +63,7 @@ class MeOut(Schema):
     is_staff: bool
 
 
-@api.get("/me", response=MeOut, tags=["accounts"])
+@api.get("/me", response={200: MeOut, **ANY}, tags=["accounts"])
 def me(request: HttpRequest) -> dict[str, Any]:
     user: Any = request.user
     return {

@@ -10,17 +10,18 @@ page does. Tokens need `documents:read` to read and `documents:write` to change 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from django.http import Http404, HttpRequest
 from ninja import File, Form, Query, Router, Schema, Status
 from ninja.errors import HttpError
 from ninja.files import UploadedFile
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from accounts.api import api_auth
 from accounts.models import Scope
+from kb.api_contract import ANY, BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, StrictIn
 from kb.models import Document, Folder
 from kb.selectors import (
     document_get,
@@ -55,10 +56,6 @@ StatusName = Literal["queued", "extracting", "chunking", "embedding", "ready", "
 # --------------------------------------------------------------------------- schemas
 
 
-class ErrorOut(Schema):
-    detail: str = Field(examples=["The document is ready, not failed."])
-
-
 class IndexVersionOut(Schema):
     embedding_model: str = Field(examples=["all-MiniLM-L6-v2"])
     embedding_dimensions: int = Field(examples=[384])
@@ -66,7 +63,7 @@ class IndexVersionOut(Schema):
     extractor_version: int = Field(examples=[4])
 
 
-class AccessIn(Schema):
+class AccessIn(StrictIn):
     """Who may read. `inherit`: the folder's readers (only for a document in a folder); otherwise
     `public` (everyone) or the listed groups and people (by id; at least one)."""
 
@@ -122,9 +119,28 @@ class DocumentFilter(Schema):
     folder: str = Field(default="", pattern=r"^(\d+|none)?$", description="A folder id, or `none` for no folder")
     stale: bool | None = Field(default=None, description="true: only stale ready documents; false: all but those")
     updated_since: datetime | None = Field(default=None, description="Changed at or after this time (ISO 8601)")
-    q: str = Field(default="", max_length=200, description="Words in the title")
+    q: str = Field(default="", max_length=200, pattern=NO_NUL, description="Words in the title")
     limit: int = Field(default=50, ge=1, le=500)
     offset: int = Field(default=0, ge=0, le=2**31 - 1)
+
+    @field_validator("updated_since", mode="before")
+    @classmethod
+    def _iso_only(cls, value: Any) -> Any:
+        """pydantic would read `0.5` as seconds since 1970; the schema promises a date-time."""
+        if isinstance(value, str) and value.strip().lstrip("+-").replace(".", "", 1).isdigit():
+            raise ValueError("give a date-time such as 2026-01-31T12:00:00Z, not a number")
+        return value
+
+    @field_validator("updated_since")
+    @classmethod
+    def _in_utc(cls, value: datetime | None) -> datetime | None:
+        """ISO 8601 allows offsets that PostgreSQL refuses (past 15:59, which was a 500): the same instant in UTC."""
+        if value is None or value.tzinfo is None:
+            return value
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("the date-time is out of range") from None
 
 
 class UploadForm(Schema):
@@ -151,14 +167,15 @@ class UploadOut(Schema):
     items: list[UploadItemOut]
 
 
-class FolderIn(Schema):
-    name: str = Field(min_length=1, max_length=200, pattern=r"\S", examples=["Finance"])
+class FolderIn(StrictIn):
+    # At least one visible character, and no NUL (NO_NUL).
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00]*[^\s\x00][^\x00]*$", examples=["Finance"])
     public: bool = Field(default=False, examples=[False])
     groups: list[int] = Field(default_factory=list, examples=[[3]])
     users: list[int] = Field(default_factory=list, examples=[[]])
 
 
-class FolderAccessIn(Schema):
+class FolderAccessIn(StrictIn):
     public: bool = Field(default=False, examples=[False])
     groups: list[int] = Field(default_factory=list, examples=[[3]])
     users: list[int] = Field(default_factory=list, examples=[[]])
@@ -171,7 +188,6 @@ class FolderOut(Schema):
     access: AccessOut | None = Field(description="Who reads its documents; shown to document managers only")
 
 
-ERRORS: dict[int, Any] = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut}
 
 
 # --------------------------------------------------------------------------- helpers
@@ -231,6 +247,16 @@ def _fresh(document: Document) -> dict[str, Any]:
     return _document_out(document, manage=True)
 
 
+def _refuse_unknown_fields(request: HttpRequest) -> None:
+    """422 for a form field the upload does not take: ninja would drop it silently, and a misspelt
+    `access` would then store the files for everyone."""
+    known = {*UploadForm.model_fields, "files"}
+    unknown = sorted({*request.POST, *request.FILES} - known)
+    if unknown:
+        raise HttpError(422, f"unknown form field(s) {', '.join(map(repr, unknown))}; "
+                             f"the upload takes {', '.join(sorted(known))}")
+
+
 def _readers(group_ids: list[int], user_ids: list[int]) -> tuple[list[Any], list[Any]]:
     try:
         return readers_of(group_ids=group_ids, user_ids=user_ids)
@@ -241,7 +267,7 @@ def _readers(group_ids: list[int], user_ids: list[int]) -> tuple[list[Any], list
 # --------------------------------------------------------------------------- documents
 
 
-@documents.get("", response={200: DocumentPage, **ERRORS}, auth=READ, summary="List documents")
+@documents.get("", response={200: DocumentPage, **PARAMS}, auth=READ, summary="List documents")
 def document_index(request: HttpRequest, filters: Query[DocumentFilter]) -> dict[str, Any]:
     """Documents the caller may read, newest title order, with filters and limit/offset paging.
     People who do not manage documents see only ready ones, as in the library."""
@@ -267,7 +293,7 @@ def document_index(request: HttpRequest, filters: Query[DocumentFilter]) -> dict
 
 @documents.post(
     "",
-    response={200: UploadOut, 201: UploadOut, 400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut},
+    response={200: UploadOut, 201: UploadOut, **BODY, **NOT_FOUND},
     auth=WRITE,
     summary="Upload one or many files",
 )
@@ -278,6 +304,7 @@ def document_upload_many(
     library page: identical content is a no-op, a changed file with the same name replaces the old
     version. Each file succeeds or fails alone (`error`); 201 when at least one new document was made."""
     _manager(request)
+    _refuse_unknown_fields(request)
     try:
         target = upload_target_of(folder_id=form.folder, access=form.access, group_ids=form.groups, user_ids=form.users)
     except UploadFormError as exc:
@@ -302,7 +329,7 @@ def document_upload_many(
     return Status(201 if any(item["created"] for item in items) else 200, {"items": items})
 
 
-@documents.get("/{pk}", response={200: DocumentOut, **ERRORS}, auth=READ, summary="One document")
+@documents.get("/{pk}", response={200: DocumentOut, **PARAMS, **NOT_FOUND}, auth=READ, summary="One document")
 def document_detail(request: HttpRequest, pk: int) -> dict[str, Any]:
     """Status, failure stage and reason, index version, counts. 404 for a document the caller may not read."""
     if user_can_manage_documents(request.user):
@@ -321,7 +348,7 @@ def _requeue(request: HttpRequest, pk: int, service: Callable[..., None]) -> Sta
 
 
 @documents.post(
-    "/{pk}/retry", response={202: DocumentOut, 409: ErrorOut, **ERRORS}, auth=WRITE, summary="Retry a failed document"
+    "/{pk}/retry", response={202: DocumentOut, 409: ErrorOut, **PARAMS, **NOT_FOUND}, auth=WRITE, summary="Retry a failed document"
 )
 def document_retry_one(request: HttpRequest, pk: int) -> Status[dict[str, Any]]:
     """Queue a failed document again; 409 when it has not failed."""
@@ -329,7 +356,7 @@ def document_retry_one(request: HttpRequest, pk: int) -> Status[dict[str, Any]]:
 
 
 @documents.post(
-    "/{pk}/reindex", response={202: DocumentOut, 409: ErrorOut, **ERRORS}, auth=WRITE, summary="Re-index a document"
+    "/{pk}/reindex", response={202: DocumentOut, 409: ErrorOut, **PARAMS, **NOT_FOUND}, auth=WRITE, summary="Re-index a document"
 )
 def document_reindex_one(request: HttpRequest, pk: int) -> Status[dict[str, Any]]:
     """Index a ready (e.g. stale) or failed document again; 409 while it is being indexed."""
@@ -337,7 +364,7 @@ def document_reindex_one(request: HttpRequest, pk: int) -> Status[dict[str, Any]
 
 
 @documents.put(
-    "/{pk}/access", response={200: DocumentOut, 400: ErrorOut, **ERRORS}, auth=WRITE, summary="Change who may read"
+    "/{pk}/access", response={200: DocumentOut, **BODY, **NOT_FOUND}, auth=WRITE, summary="Change who may read"
 )
 def document_access(request: HttpRequest, pk: int, payload: AccessIn) -> dict[str, Any]:
     """Takes effect in search at once: the document's chunks carry the new readers in the same transaction."""
@@ -352,7 +379,7 @@ def document_access(request: HttpRequest, pk: int, payload: AccessIn) -> dict[st
     return _fresh(document)
 
 
-@documents.delete("/{pk}", response={204: None, **ERRORS}, auth=WRITE, summary="Delete a document")
+@documents.delete("/{pk}", response={204: None, **PARAMS, **NOT_FOUND}, auth=WRITE, summary="Delete a document")
 def document_remove(request: HttpRequest, pk: int) -> Status[None]:
     """Removes the document, its passages and its file."""
     _manager(request)
@@ -373,7 +400,7 @@ def _folder_out(row: dict[str, Any], *, manage: bool) -> dict[str, Any]:
     return {**row, "access": _folder_access(folder) if folder else None}
 
 
-@folders.get("", response={200: list[FolderOut], **ERRORS}, auth=READ, summary="List folders")
+@folders.get("", response={200: list[FolderOut], **ANY}, auth=READ, summary="List folders")
 def folder_index(request: HttpRequest) -> list[dict[str, Any]]:
     """Folders with how many documents the caller may read in each. Managers see every folder and its
     readers; others only folders that hold something they may read."""
@@ -384,7 +411,7 @@ def folder_index(request: HttpRequest) -> list[dict[str, Any]]:
     return [{**row, "access": _folder_access(grants[row["id"]]) if row["id"] in grants else None} for row in rows]
 
 
-@folders.post("", response={201: FolderOut, 400: ErrorOut, 409: ErrorOut, **ERRORS}, auth=WRITE, summary="Create a folder")
+@folders.post("", response={201: FolderOut, 409: ErrorOut, **BODY, **NOT_FOUND}, auth=WRITE, summary="Create a folder")
 def folder_add(request: HttpRequest, payload: FolderIn) -> Status[dict[str, Any]]:
     """A new folder; private unless `public`. 409 when the name is taken."""
     _manager(request)
@@ -396,14 +423,14 @@ def folder_add(request: HttpRequest, payload: FolderIn) -> Status[dict[str, Any]
     return Status(201, _folder_out(folder_get(user=request.user, pk=folder.pk), manage=True))
 
 
-@folders.get("/{pk}", response={200: FolderOut, **ERRORS}, auth=READ, summary="One folder")
+@folders.get("/{pk}", response={200: FolderOut, **PARAMS, **NOT_FOUND}, auth=READ, summary="One folder")
 def folder_detail(request: HttpRequest, pk: int) -> dict[str, Any]:
     """A folder the caller would see in the list (404 otherwise), with its count of readable documents."""
     return _folder_out(folder_get(user=request.user, pk=pk), manage=user_can_manage_documents(request.user))
 
 
 @folders.put(
-    "/{pk}/access", response={200: FolderOut, 400: ErrorOut, **ERRORS}, auth=WRITE, summary="Change a folder's readers"
+    "/{pk}/access", response={200: FolderOut, **BODY, **NOT_FOUND}, auth=WRITE, summary="Change a folder's readers"
 )
 def folder_access(request: HttpRequest, pk: int, payload: FolderAccessIn) -> dict[str, Any]:
     """Every document that inherits the folder's access follows, in the same transaction."""
@@ -414,7 +441,7 @@ def folder_access(request: HttpRequest, pk: int, payload: FolderAccessIn) -> dic
     return _folder_out(folder_get(user=request.user, pk=pk), manage=True)
 
 
-@folders.delete("/{pk}", response={204: None, 409: ErrorOut, **ERRORS}, auth=WRITE, summary="Delete an empty folder")
+@folders.delete("/{pk}", response={204: None, 409: ErrorOut, **PARAMS, **NOT_FOUND}, auth=WRITE, summary="Delete an empty folder")
 def folder_remove(request: HttpRequest, pk: int) -> Status[None]:
     """Refused (409) while the folder holds documents: they would lose the access they inherit."""
     _manager(request)

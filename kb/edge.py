@@ -35,7 +35,7 @@ def body_limit(path: str) -> int:
 
 
 async def _too_large(send: Send, limit: int) -> None:
-    body = f'{{"error": "the request body is larger than {limit:,} bytes"}}'.encode()
+    body = f'{{"detail": "the request body is larger than {limit:,} bytes"}}'.encode()
     await send({"type": "http.response.start", "status": 413,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})

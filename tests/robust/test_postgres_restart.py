@@ -1,0 +1,153 @@
+"""Issue 12 fault drill: PostgreSQL restarts under traffic.
+
+A real Daphne on its own embedded servers (a data directory of this test's) serves API calls
+from several clients while the test stops PostgreSQL and starts it again twelve seconds later.
+A request during the outage waits for a connection up to KB_DB_POOL_TIMEOUT, so it either
+rides a short outage out or ends with a JSON 503 (no hang, no 500 page, no traceback); after
+it, requests succeed again without restarting Daphne.
+
+Before: the restarted server came up on another port, so Daphne never found it again, and a
+request during the outage was a 500 page.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kb.runtime import embedded
+from tests.chat.test_e2e_daphne import child, free_port, listening, wait_until
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+CLIENTS = 4
+OUTAGE = 12.0  # seconds: longer than the pool's wait, so some requests must give up
+SLOWEST_ANSWER = 15.0  # seconds: a request waits up to KB_DB_POOL_TIMEOUT (10) for a connection
+
+
+@dataclass(frozen=True)
+class Call:
+    began: float
+    seconds: float
+    status: int
+    content_type: str
+    body: str
+
+
+def isolated_env(var_dir: Path, **extra: str) -> dict[str, str]:
+    """A process on embedded servers under `var_dir` only: none of the test run's."""
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    env.update(KB_VAR_DIR=str(var_dir), SECRET_KEY="drill-secret-key", DEBUG="0", PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def prepare(env: dict[str, str]) -> str:
+    """Migrate the drill's database and return a new API token of a new user."""
+    script = (
+        "from django.core.management import call_command; call_command('migrate', verbosity=0)\n"
+        "from django.contrib.auth.models import User; from accounts.tokens import token_create\n"
+        "print(token_create(user=User.objects.create_user('drill'))[1])"
+    )
+    done = subprocess.run([sys.executable, "manage.py", "shell", "-c", script], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def call(base: str, token: str) -> Call:
+    request = urllib.request.Request(f"{base}/api/conversations", headers={"Authorization": f"Bearer {token}"})
+    began = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            status, headers, body = response.status, response.headers, response.read()
+    except urllib.error.HTTPError as error:
+        status, headers, body = error.code, error.headers, error.read()
+    return Call(began, time.monotonic() - began, status, headers.get("Content-Type", ""), body.decode(errors="replace"))
+
+
+@dataclass
+class Traffic:
+    calls: list[Call]
+    stop: threading.Event
+
+
+@contextmanager
+def traffic(base: str, token: str) -> Iterator[Traffic]:
+    """CLIENTS threads calling the API one request after another until the block ends."""
+    seen = Traffic([], threading.Event())
+
+    def client() -> None:
+        while not seen.stop.is_set():
+            seen.calls.append(call(base, token))
+            time.sleep(0.05)
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(CLIENTS)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield seen
+    finally:
+        seen.stop.set()
+        for thread in threads:
+            thread.join(90)
+
+
+def test_requests_fail_cleanly_while_postgresql_restarts_and_succeed_after(tmp_path: Path) -> None:
+    var_dir = tmp_path / "var"
+    var_dir.mkdir()
+    # The test holds the drill's servers itself, so the processes it starts reuse them and leave them running.
+    embedded.use("postgres", var_dir)
+    embedded.use("redis", var_dir)
+    try:
+        env = isolated_env(var_dir)
+        token = prepare(env)
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "kb.asgi:application"]
+        with child("pg-restart-daphne", argv, env) as web:
+            wait_until(lambda: listening(port), "daphne", [web])
+            assert call(base, token).status == 200
+            with traffic(base, token) as seen:
+                time.sleep(3)
+                stopped_at = time.monotonic()
+                embedded.stop_postgres(var_dir)
+                time.sleep(OUTAGE)
+                restarted_at = time.monotonic()
+                embedded.start_postgres(var_dir)
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline and not any(c.began > restarted_at and c.status == 200
+                                                              for c in seen.calls):
+                    time.sleep(0.5)
+                time.sleep(3)
+            assert web.poll() is None, "Daphne died"
+
+        before = [c for c in seen.calls if c.began + c.seconds < stopped_at]
+        outage = [c for c in seen.calls if c.status != 200]
+        after = [c for c in seen.calls if c.began > restarted_at]
+        summary = f"{len(seen.calls)} calls, {len(after)} after the restart; not 200: " + ", ".join(
+            f"{c.status} at {c.began - stopped_at:+.1f} s took {c.seconds:.1f} s" for c in outage)
+        assert before and all(c.status == 200 for c in before), summary
+        assert outage, f"the outage was never seen: {summary}"
+        for c in outage:  # a request that could not ride the outage out says so, in JSON
+            assert c.status == 503 and c.content_type.startswith("application/json"), (c, summary)
+            assert "unavailable" in json.loads(c.body)["detail"] and "Traceback" not in c.body
+        assert max(c.seconds for c in seen.calls) < SLOWEST_ANSWER, summary  # nothing hangs
+        recovered = [c.began for c in after if c.status == 200]
+        assert recovered and min(recovered) - restarted_at < 20, summary
+        assert all(c.status == 200 for c in after if c.began >= min(recovered)), summary  # and stays up
+    finally:
+        embedded.leave("postgres", var_dir)
+        embedded.leave("redis", var_dir)
