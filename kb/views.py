@@ -16,6 +16,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from kb.forms import UploadForm, folders_with_audience
 from kb.health import health_report, public_summary
 from kb.ingest.extract import PDF, SUPPORTED, SUPPORTED_KINDS
 from kb.middleware import allow_remote_images
@@ -30,15 +31,7 @@ from kb.selectors import (
     user_can_manage_documents,
 )
 from kb.services import DocumentStateConflict, UploadRejected, document_retry
-from kb.web import (
-    UploadFormError,
-    folders_with_audience,
-    page_of,
-    parse_range,
-    render_document,
-    upload_store,
-    upload_target,
-)
+from kb.viewer import page_of, parse_range, render_document
 
 
 @require_GET
@@ -153,12 +146,12 @@ def library_upload(request: HttpRequest) -> JsonResponse:
         return JsonResponse(
             {"error": f"The file is {declared / 1048576:.1f} MB; the limit is {settings.KB_MAX_UPLOAD_MB} MB"}, status=413
         )
-    upload = request.FILES.get("file")
-    if upload is None:
-        return JsonResponse({"error": "No file was received."}, status=400)
+    form = UploadForm(request.POST, request.FILES)
+    if not form.is_valid():
+        return JsonResponse({"error": form.first_error()}, status=400)
     try:
-        result = upload_store(target=upload_target(request.POST), upload=upload, uploaded_by=request.user)
-    except (UploadRejected, UploadFormError) as exc:
+        result = form.save(uploaded_by=request.user)
+    except UploadRejected as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     rows = document_status_rows(user=request.user, ids=[result.document.pk])
     return JsonResponse(
