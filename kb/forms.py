@@ -12,14 +12,30 @@ from dataclasses import dataclass
 from typing import Any
 
 from django import forms
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.files.uploadedfile import UploadedFile
 
+from kb.ingest.extract import SUPPORTED, SUPPORTED_KINDS
 from kb.models import Folder
 from kb.services import UploadResult, document_upload
 
 
-def folders_with_audience() -> list[Folder]:
+def upload_choices() -> dict[str, Any]:
+    """What the library's upload form offers a document manager: folders with their audience,
+    groups and active people to share with, the size limit and the accepted file kinds."""
+    return {
+        "all_folders": _folders_with_audience(),
+        "groups": Group.objects.order_by("name"),
+        "people": get_user_model().objects.filter(is_active=True).order_by("username"),
+        "max_upload_mb": settings.KB_MAX_UPLOAD_MB,
+        "upload_accept": ",".join(SUPPORTED),
+        "upload_kinds": SUPPORTED_KINDS,
+    }
+
+
+def _folders_with_audience() -> list[Folder]:
     """Every folder, each with `.audience`: who reads the documents that inherit its grants."""
     folders = list(Folder.objects.order_by("name").prefetch_related("groups", "users"))
     for folder in folders:
@@ -121,8 +137,6 @@ class UploadForm(forms.Form):
 
 def readers_of(*, group_ids: Iterable[str | int], user_ids: Iterable[str | int]) -> tuple[list[Group], list[Any]]:
     """The groups and active people named by id; an id that names none is an error, never dropped silently."""
-    from django.contrib.auth import get_user_model
-
     wanted_groups, wanted_users = _ids(group_ids, "group"), _ids(user_ids, "person")
     groups = list(Group.objects.filter(pk__in=wanted_groups))
     users = list(get_user_model().objects.filter(pk__in=wanted_users, is_active=True))

@@ -1,24 +1,23 @@
 """kb's browser pages: the library, the document viewer and downloads, and /healthz. Each one
 parses the request, calls a selector or a service, and renders; the rules live in kb.selectors,
-kb.services and accounts.acl. Chat's pages (Ask, Review) are in chat/views.py."""
+kb.services and accounts.acl, the upload form's in kb.forms, the document's rendering in kb.viewer.
+Chat's pages (Ask, Review) are in chat/views.py."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import Group
 from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from kb.forms import UploadForm, folders_with_audience
+from kb.forms import UploadForm, upload_choices
 from kb.health import health_report, public_summary
-from kb.ingest.extract import PDF, SUPPORTED, SUPPORTED_KINDS
+from kb.ingest.extract import PDF
 from kb.middleware import allow_remote_images
 from kb.models import Document
 from kb.selectors import (
@@ -117,14 +116,7 @@ def library(request: HttpRequest) -> HttpResponse:
         "can_manage": manage,
     }
     if manage:
-        context.update(
-            all_folders=folders_with_audience(),
-            groups=Group.objects.order_by("name"),
-            people=get_user_model().objects.filter(is_active=True).order_by("username"),
-            max_upload_mb=settings.KB_MAX_UPLOAD_MB,
-            upload_accept=",".join(SUPPORTED),
-            upload_kinds=SUPPORTED_KINDS,
-        )
+        context.update(upload_choices())
     return render(request, "library.html", context)
 
 
