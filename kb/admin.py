@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin
@@ -17,7 +18,15 @@ from kb.ingest.version import current_index_version
 from kb.models import Chunk, Document, Folder
 from kb.selectors import document_is_stale, documents_stale
 from kb.services import document_delete, document_queue_ingest, folder_sync_documents
-from search import late, rerank
+
+# What the document list names beside the index version, as (label, current state): search adds
+# its reranker and late interaction (search/admin.py), since kb may not import search.
+_index_notes: list[tuple[str, Callable[[], str]]] = []
+
+
+def index_note_register(label: str, state: Callable[[], str]) -> None:
+    """Show `label: state()` after the current index version on the document list."""
+    _index_notes.append((label, state))
 
 
 class VisibleRowsMixin:
@@ -108,7 +117,7 @@ class DocumentAdmin(VisibleRowsMixin, admin.ModelAdmin):
     change_list_template = "admin/kb/document/change_list.html"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Document]:
-        return super().get_queryset(request).defer("canonical_text", "pages")  # a whole manual per row otherwise
+        return super().get_queryset(request).defer("canonical_text", "pages", "headings")  # a whole manual per row otherwise
 
     class Media:
         css = {"all": ("kb/admin.css",)}
@@ -180,8 +189,7 @@ class DocumentAdmin(VisibleRowsMixin, admin.ModelAdmin):
             **(extra_context or {}),
             "stale_count": documents_stale(self.get_queryset(request)).count(),
             "index_version": current_index_version().label(),
-            "reranker": rerank.status(),
-            "late_interaction": late.status(),
+            "index_notes": [(label, state()) for label, state in _index_notes],
         }
         return super().changelist_view(request, extra_context=context)
 

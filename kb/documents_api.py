@@ -22,6 +22,7 @@ from pydantic import Field, field_validator
 from accounts.api import api_auth
 from accounts.models import Scope
 from kb.api_contract import ANY, BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, StrictIn
+from kb.forms import UploadFormError, readers_of, upload_store, upload_target_of
 from kb.models import Document, Folder
 from kb.selectors import (
     document_get,
@@ -44,7 +45,6 @@ from kb.services import (
     folder_delete,
     folder_set_access,
 )
-from kb.web import UploadFormError, readers_of, upload_store, upload_target_of
 
 READ, WRITE = api_auth(Scope.DOCUMENTS_READ), api_auth(Scope.DOCUMENTS_WRITE)
 documents = Router(tags=["documents"])

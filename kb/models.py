@@ -73,6 +73,9 @@ class Document(models.Model):
 
     canonical_text = models.TextField(blank=True)
     pages = models.JSONField(default=list, blank=True, help_text="[start, end) offsets of each page, for paged sources")
+    headings = models.JSONField(
+        default=list, blank=True, help_text="The headings the document page shows, located at ingest (kb.ingest.headings)"
+    )
     warnings = models.JSONField(default=list, blank=True)
 
     extractor_version = models.PositiveIntegerField(null=True, blank=True)
@@ -111,7 +114,7 @@ def filename_title(filename: str) -> str:
 
 
 def passage_link(document_id: int, start: int, end: int, page: int | None) -> str:
-    """The viewer's locator of a passage: the character range, plus the page for paged sources (kb/web.py)."""
+    """The viewer's locator of a passage: the character range, plus the page for paged sources (kb/viewer.py)."""
     return f"/documents/{document_id}/#char={start},{end}" + (f"&page={page}" if page else "")
 
 

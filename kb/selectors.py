@@ -86,7 +86,7 @@ def library_documents(*, user: Any, query: str = "", folder: str = "") -> QueryS
     People who do not manage documents see only ready ones: the rest cannot be opened yet.
     """
     # The listing shows titles and states: never load whole texts for it.
-    documents = visible_documents(user).select_related("folder").defer("canonical_text", "pages").order_by("title", "pk")
+    documents = visible_documents(user).select_related("folder").defer("canonical_text", "pages", "headings").order_by("title", "pk")
     if not user_can_manage_documents(user):
         documents = documents.filter(status=Document.Status.READY)
     if query.strip():

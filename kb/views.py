@@ -1,23 +1,23 @@
 """kb's browser pages: the library, the document viewer and downloads, and /healthz. Each one
 parses the request, calls a selector or a service, and renders; the rules live in kb.selectors,
-kb.services and accounts.acl. Chat's pages (Ask, Review) are in chat/views.py."""
+kb.services and accounts.acl, the upload form's in kb.forms, the document's rendering in kb.viewer.
+Chat's pages (Ask, Review) are in chat/views.py."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import Group
 from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from kb.forms import UploadForm, upload_choices
 from kb.health import health_report, public_summary
-from kb.ingest.extract import PDF, SUPPORTED, SUPPORTED_KINDS
+from kb.ingest.extract import PDF
 from kb.middleware import allow_remote_images
 from kb.models import Document
 from kb.selectors import (
@@ -30,15 +30,7 @@ from kb.selectors import (
     user_can_manage_documents,
 )
 from kb.services import DocumentStateConflict, UploadRejected, document_retry
-from kb.web import (
-    UploadFormError,
-    folders_with_audience,
-    page_of,
-    parse_range,
-    render_document,
-    upload_store,
-    upload_target,
-)
+from kb.viewer import page_of, parse_range, render_document
 
 
 @require_GET
@@ -124,14 +116,7 @@ def library(request: HttpRequest) -> HttpResponse:
         "can_manage": manage,
     }
     if manage:
-        context.update(
-            all_folders=folders_with_audience(),
-            groups=Group.objects.order_by("name"),
-            people=get_user_model().objects.filter(is_active=True).order_by("username"),
-            max_upload_mb=settings.KB_MAX_UPLOAD_MB,
-            upload_accept=",".join(SUPPORTED),
-            upload_kinds=SUPPORTED_KINDS,
-        )
+        context.update(upload_choices())
     return render(request, "library.html", context)
 
 
@@ -153,12 +138,12 @@ def library_upload(request: HttpRequest) -> JsonResponse:
         return JsonResponse(
             {"error": f"The file is {declared / 1048576:.1f} MB; the limit is {settings.KB_MAX_UPLOAD_MB} MB"}, status=413
         )
-    upload = request.FILES.get("file")
-    if upload is None:
-        return JsonResponse({"error": "No file was received."}, status=400)
+    form = UploadForm(request.POST, request.FILES)
+    if not form.is_valid():
+        return JsonResponse({"error": form.first_error()}, status=400)
     try:
-        result = upload_store(target=upload_target(request.POST), upload=upload, uploaded_by=request.user)
-    except (UploadRejected, UploadFormError) as exc:
+        result = form.save(uploaded_by=request.user)
+    except UploadRejected as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     rows = document_status_rows(user=request.user, ids=[result.document.pk])
     return JsonResponse(

@@ -9,8 +9,9 @@ from django.db import transaction
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
+from kb.ingest import headings as located_headings
 from kb.ingest.chunking import Draft
-from kb.ingest.extract import Extracted
+from kb.ingest.extract import Extracted, Heading
 from kb.ingest.pieces import pack
 from kb.ingest.version import current_index_version
 from kb.models import Chunk, Document
@@ -26,6 +27,7 @@ def replace_chunks(
     document: Document,
     title: str,
     extracted: Extracted,
+    headings: Sequence[Heading],
     drafts: Sequence[Draft],
     audiences: Sequence[str],
     vectors: np.ndarray,
@@ -34,6 +36,7 @@ def replace_chunks(
 ) -> None:
     """Readers see either all the old chunks or all the new ones, never a mix or neither.
 
+    `headings` are the viewer's (kb.ingest.headings.locate), stored with the text they point into.
     The new chunks bring their version's audience (`pending_acl`) with them, in the same
     transaction. Raises Superseded, writing nothing, when the document was uploaded again
     after `version` was read: the newer upload's own run indexes it.
@@ -80,6 +83,7 @@ def replace_chunks(
         pending_acl=None,
         canonical_text=extracted.text,
         pages=[[page.start, page.end] for page in extracted.pages],
+        headings=located_headings.stored(headings),
         warnings=list(extracted.warnings),
         title=title,
         chunk_count=stored["n"] or 0,

@@ -19,7 +19,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from kb.events import publish_document_status
-from kb.ingest import chunking, classify, embedding, extract, indexing
+from kb.ingest import chunking, classify, embedding, extract, headings, indexing
 from kb.ingest.tokens import counting_time
 from kb.models import Document, filename_title
 
@@ -94,6 +94,7 @@ def ingest(document_id: int) -> str:
         if not extracted.text.strip():
             raise StageFailed("no text could be extracted" + (f" ({'; '.join(extracted.warnings)})" if extracted.warnings else ""))
         title = document.title or extracted.title or filename_title(document.filename)
+        shown_headings = headings.locate(text=extracted.text, mime=document.mime_type)
         clock.lap("extract")
 
         stage = Document.Status.CHUNKING
@@ -114,8 +115,8 @@ def ingest(document_id: int) -> str:
         clock.lap("embed")
 
         indexing.replace_chunks(
-            document=document, title=title, extracted=extracted, drafts=drafts, audiences=audiences, vectors=vectors,
-            version=version, pieces=pieces,
+            document=document, title=title, extracted=extracted, headings=shown_headings, drafts=drafts,
+            audiences=audiences, vectors=vectors, version=version, pieces=pieces,
         )
         clock.lap("write")
         _current(document_id, version).update(stage_seconds=clock.seconds)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import pytest
 
+from kb.ingest import headings
 from kb.ingest.extract import MARKDOWN, PLAIN, Extracted, extract
 from kb.models import Document
-from kb.web import render_document
+from kb.viewer import render_document
 from tests.robust.scaling import assert_linear
 
 
@@ -25,7 +26,9 @@ def plain(text: str) -> Extracted:
 
 
 def view(text: str) -> object:
-    return render_document(Document(title="x", canonical_text=text, mime_type=MARKDOWN))
+    """Ingest's part (locating the headings) and the page's part (rendering), timed together."""
+    located = headings.stored(headings.locate(text=text, mime=MARKDOWN))
+    return render_document(Document(title="x", canonical_text=text, mime_type=MARKDOWN, headings=located))
 
 
 def backtick_runs(n: int) -> str:

@@ -6,8 +6,9 @@ from html.parser import HTMLParser
 
 import pytest
 
+from kb.ingest import headings
 from kb.models import Document
-from kb.web import parse_range, render_document
+from kb.viewer import parse_range, render_document
 
 SAMPLE = """---
 title: Front matter stays text
@@ -93,7 +94,11 @@ def parse(html: str) -> _Text:
 
 
 def doc(text: str, mime: str = "text/markdown", pages: list[list[int]] | None = None) -> Document:
-    return Document(title="t", canonical_text=text, mime_type=mime, pages=pages or [], status=Document.Status.READY)
+    """The document as ingestion leaves it: its text with the headings located in it."""
+    return Document(
+        title="t", canonical_text=text, mime_type=mime, pages=pages or [], status=Document.Status.READY,
+        headings=headings.stored(headings.locate(text=text, mime=mime)),
+    )
 
 
 @pytest.mark.parametrize("text", [SAMPLE, HOSTILE, "", "plain", "\n\n# x\n\n", "```\nunclosed fence\n", "| lone |"])

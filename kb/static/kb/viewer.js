@@ -1,6 +1,6 @@
 /* Document viewer: highlight the cited range `#char=start,end` (offsets into the canonical
  * text, counted in Unicode code points as Python counts them) and bring it into view.
- * The article's textContent is exactly the canonical text (see kb/web.py), so offsets are
+ * The article's textContent is exactly the canonical text (see kb/viewer.py), so offsets are
  * found by walking its text nodes in order. `&page=N` (PDF sources) points the
  * "Open PDF" link at that page of the original. */
 (function () {

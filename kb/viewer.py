@@ -1,4 +1,4 @@
-"""Presentation for the browser UI: a document's canonical text as safe HTML, and upload form parsing.
+"""The document page: a document's canonical text as safe HTML, with its headings, pages and highlight.
 
 The viewer must let a citation `#char=start,end` (offsets into Document.canonical_text)
 land on exactly the quoted characters. So the text is never re-flowed through a
@@ -12,28 +12,25 @@ Nothing in the text becomes markup of its own: tags, event-handler attributes an
 `javascript:` links in a document stay visible text. The only elements produced are
 ours; links get an href only for http(s)/mailto URLs, images a src only for https:
 (and data:image/) URLs, loaded lazily when the viewer shows them.
+
+Headings come from `Document.headings`, located once at ingest (kb.ingest.headings); the
+page never runs the extractor.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from django.contrib.auth.models import Group
-from django.core.files.uploadedfile import UploadedFile
-from django.http import QueryDict
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from kb.ingest import extract
+from kb.ingest import extract, headings
 from kb.inline import Span, inline_spans
-from kb.models import Document, Folder
-from kb.services import UploadResult, document_upload
-
-# --------------------------------------------------------------------------- document text
+from kb.models import Document
 
 
 @dataclass(frozen=True)
@@ -140,26 +137,12 @@ def _lines(text: str, start: int, end: int) -> list[tuple[int, int]]:
     return lines
 
 
-def _headings(text: str, mime: str) -> dict[int, extract.Heading]:
-    """Headings located with the extractor's own rules, keyed by their start offset."""
-    if mime == extract.PDF:
-        return {}  # PDF text has no heading syntax; a line starting with "#" there is just text
-    flavour = extract.PLAIN if mime == extract.PLAIN else extract.MARKDOWN
-    try:
-        found = extract.extract(data=text.encode(), mime=flavour, filename="canonical.md")
-    except (extract.ExtractionError, extract.UnsupportedFile):
-        return {}
-    if found.text != text:  # e.g. a leading BOM was dropped: offsets would not match
-        return {}
-    return {h.start: h for h in found.headings}
-
-
 class _Renderer:
-    def __init__(self, text: str, *, mime: str) -> None:
+    def __init__(self, text: str, *, located: Sequence[extract.Heading], structured: bool) -> None:
         self.text = text
         self.out = _Out(text)
-        self.headings = _headings(text, mime)
-        self.structured = mime != extract.PDF
+        self.headings = {h.start: h for h in located}
+        self.structured = structured
         self.toc: list[TocEntry] = []
 
     # ---- blocks
@@ -457,7 +440,9 @@ def parse_range(value: str | None, length: int) -> tuple[int, int] | None:
 def render_document(document: Document, *, highlight: tuple[int, int] | None = None) -> RenderedText:
     """The canonical text as HTML whose textContent is exactly the canonical text."""
     text = document.canonical_text or ""
-    renderer = _Renderer(text, mime=document.mime_type)
+    renderer = _Renderer(
+        text, located=headings.loaded(document.headings, len(text)), structured=document.mime_type != extract.PDF
+    )
     pages = _page_ranges(document.pages, len(text))
     out = renderer.out
     if pages:
@@ -480,103 +465,3 @@ def page_of(document: Document, offset: int) -> int | None:
         if start <= offset < end or (offset == end and start == end):
             return number
     return None
-
-
-# --------------------------------------------------------------------------- upload form
-
-
-def folders_with_audience() -> list[Folder]:
-    """Every folder, each with `.audience`: who reads the documents that inherit its grants."""
-    folders = list(Folder.objects.order_by("name").prefetch_related("groups", "users"))
-    for folder in folders:
-        if folder.public:
-            folder.audience = "everyone"  # type: ignore[attr-defined]
-        else:
-            names = [g.name for g in folder.groups.all()] + [u.get_username() for u in folder.users.all()]
-            folder.audience = ", ".join(names) or "nobody yet"  # type: ignore[attr-defined]
-    return folders
-
-
-class UploadFormError(ValueError):
-    """The upload form itself is wrong (not the file); the message is shown to the admin."""
-
-
-@dataclass(frozen=True)
-class UploadTarget:
-    """Where an upload goes and who may read it, as document_upload() takes it."""
-
-    folder: Folder | None
-    public: bool | None
-    groups: list[Group] | None
-    users: list[Any] | None
-
-
-def upload_store(*, target: UploadTarget, upload: UploadedFile[bytes], uploaded_by: Any) -> UploadResult:
-    """Store one uploaded file where `target` says, with its readers; UploadRejected says why not."""
-    return document_upload(
-        name=upload.name or "upload",
-        stream=upload,
-        size=upload.size or 0,
-        folder=target.folder,
-        uploaded_by=uploaded_by,
-        groups=target.groups,
-        users=target.users,
-        public=target.public,
-    )
-
-
-def upload_target(data: QueryDict) -> UploadTarget:
-    """Parse the library's upload form: folder, and access = folder | everyone | restricted."""
-    return upload_target_of(
-        folder_id=(data.get("folder") or "").strip(),
-        access=data.get("access") or "",
-        group_ids=data.getlist("groups"),
-        user_ids=data.getlist("users"),
-    )
-
-
-def upload_target_of(
-    *, folder_id: str, access: str, group_ids: Iterable[str | int], user_ids: Iterable[str | int]
-) -> UploadTarget:
-    """Where an upload goes and who reads it; the one rule behind the library page and the documents API."""
-    folder = None
-    if folder_id:
-        if not folder_id.isdigit() or (folder := Folder.objects.filter(pk=int(folder_id)).first()) is None:
-            raise UploadFormError(f"Folder {folder_id} does not exist (any more); reload the folder list.")
-    access = access or ("folder" if folder else "everyone")
-    if access == "folder":
-        if folder is None:
-            raise UploadFormError("Choose a folder, or choose who may read the documents.")
-        return UploadTarget(folder=folder, public=None, groups=None, users=None)
-    if access == "everyone":
-        return UploadTarget(folder=folder, public=True, groups=[], users=[])
-    if access != "restricted":
-        raise UploadFormError("Choose who may read the documents.")
-    groups, users = readers_of(group_ids=group_ids, user_ids=user_ids)
-    if not groups and not users:
-        raise UploadFormError("Choose at least one group or person who may read the documents.")
-    return UploadTarget(folder=folder, public=False, groups=groups, users=users)
-
-
-def readers_of(*, group_ids: Iterable[str | int], user_ids: Iterable[str | int]) -> tuple[list[Group], list[Any]]:
-    """The groups and active people named by id; an id that names none is an error, never dropped silently."""
-    from django.contrib.auth import get_user_model
-
-    wanted_groups, wanted_users = _ids(group_ids, "group"), _ids(user_ids, "person")
-    groups = list(Group.objects.filter(pk__in=wanted_groups))
-    users = list(get_user_model().objects.filter(pk__in=wanted_users, is_active=True))
-    for kind, wanted, found in (("group", wanted_groups, groups), ("active person", wanted_users, users)):
-        missing = sorted(set(wanted) - {item.pk for item in found})
-        if missing:
-            raise UploadFormError(f"No {kind} with id {', '.join(map(str, missing))}.")
-    return groups, users
-
-
-def _ids(values: Iterable[str | int], kind: str) -> list[int]:
-    ids = []
-    for value in values:
-        text = str(value).strip()
-        if not text.isdigit():
-            raise UploadFormError(f"{text!r} is not a {kind} id.")
-        ids.append(int(text))
-    return ids
