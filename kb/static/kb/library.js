@@ -301,6 +301,7 @@
   }
 
   var socket = null, watched = {}, attempts = 0;
+  var pushed = {}; // document id -> live updates received: a reply that left before one of them is older
 
   function send(ids) {
     if (socket && socket.readyState === WebSocket.OPEN && ids.length) {
@@ -325,7 +326,10 @@
     socket.addEventListener("message", function (event) {
       var message;
       try { message = JSON.parse(event.data); } catch (e) { return; }
-      if (message && message.type === "document") show(message);
+      if (message && message.type === "document") {
+        pushed[message.id] = (pushed[message.id] || 0) + 1;
+        show(message);
+      }
     });
     socket.addEventListener("close", function (event) {
       panel.setAttribute("data-live", "closed");
@@ -350,6 +354,7 @@
     var id = button.getAttribute("data-id") || (row && row.getAttribute("data-doc-id"));
     if (!id) return;
     button.disabled = true;
+    var before = pushed[id] || 0;
     var xhr = new XMLHttpRequest();
     xhr.open("POST", panel.getAttribute("data-retry-url").replace("{id}", id));
     xhr.setRequestHeader("X-CSRFToken", csrf);
@@ -359,7 +364,9 @@
       var body = null;
       try { body = JSON.parse(xhr.responseText); } catch (e) { body = null; }
       if (xhr.status === 200 && body && body.document) {
-        show(body.document);
+        // The worker may have claimed (or failed) the document before this reply arrived: its live
+        // update is newer than the reply's "queued", which must not overwrite it.
+        if ((pushed[body.document.id] || 0) === before) show(body.document);
         watch([body.document.id]);
       } else {
         var reason = row && row.querySelector("[data-role=reason]");
