@@ -14,9 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from django.conf import settings
+from django.db.models import Q
 
+from chat.prompts import Source
 from chat.support import stem, terms
 from kb.ingest import embedding
+from kb.ingest.pieces import unpack
+from kb.models import Chunk
 from search import late
 from search.retrieval import WORD
 
@@ -56,9 +61,53 @@ def _found(text: str, context: str, joined: dict[str, set[str]]) -> set[str]:
     return found
 
 
-def score(question: str, texts: Sequence[str], ranks: Sequence[int], contexts: Sequence[str] | None = None) -> Scores:
+def stored_pieces(sources: Sequence[Source], texts: Sequence[str], numbers: Sequence[int]) -> list[np.ndarray | None]:
+    """Each sentence's word-piece vectors cut from those stored for its source's chunks at ingest
+    (kb.ingest.pieces), found by its word-piece ids, so an answer encodes nothing but the question.
+    None where the sentence's pieces are not one run of a chunk (markup cleaned out of it, a table
+    row rejoined, a sentence across two chunks): `score` encodes those on their own."""
+    if not texts or not sources:
+        return [None] * len(texts)
+    overlapping = Q(pk__in=[])
+    for source in sources:
+        overlapping |= Q(document_id=source.document_id, start__lt=source.end, end__gt=source.start)
+    rows = Chunk.objects.filter(overlapping, late_vectors__isnull=False).values_list(
+        "document_id", "start", "end", "text", "late_vectors")
+    tokenizer = embedding.model().tokenizer
+    dimensions = settings.KB_EMBEDDING_DIMENSIONS
+    runs: dict[int, list[tuple[list[int], np.ndarray]]] = {}  # source number -> its chunks' (ids, vectors)
+    for document_id, start, end, text, data in rows:
+        if data is None:
+            continue
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        vectors = unpack(data, dimensions)
+        if len(ids) != len(vectors):
+            continue  # indexed with another tokenizer or truncated: encode instead
+        for source in sources:
+            if source.document_id == document_id and start < source.end and end > source.start:
+                runs.setdefault(source.number, []).append((ids, vectors))
+    wanted = tokenizer([t.removesuffix(" …") for t in texts], add_special_tokens=False)["input_ids"]
+    found: list[np.ndarray | None] = []
+    for ids, number in zip(wanted, numbers, strict=True):
+        found.append(_run_of(ids, runs.get(number, [])))
+    return found
+
+
+def _run_of(ids: list[int], chunks: list[tuple[list[int], np.ndarray]]) -> np.ndarray | None:
+    if not ids:
+        return None
+    for chunk_ids, vectors in chunks:
+        for at in (i for i, token in enumerate(chunk_ids) if token == ids[0]):
+            if chunk_ids[at : at + len(ids)] == ids:
+                return vectors[at : at + len(ids)]
+    return None
+
+
+def score(question: str, texts: Sequence[str], ranks: Sequence[int], contexts: Sequence[str] | None = None,
+          vectors: Sequence[np.ndarray | None] | None = None) -> Scores:
     """Scores of each text (a sentence) for `question`; `ranks` are their sources' numbers (1 = best);
-    `contexts` (e.g. each sentence's section heading) count towards its rare-word coverage."""
+    `contexts` (e.g. each sentence's section heading) count towards its rare-word coverage; `vectors`,
+    where given (`stored_pieces`), are the texts' word-piece vectors, so only the others are encoded."""
     if not texts:
         return Scores([], [], [])
     _, pieces = embedding.embed_query(question)
@@ -68,9 +117,13 @@ def score(question: str, texts: Sequence[str], ranks: Sequence[int], contexts: S
     if weights.any():
         weights = weights / weights.sum()
         pieces = pieces[: len(weights)]
+        known = list(vectors) if vectors is not None else [None] * len(texts)
+        missing = [i for i, v in enumerate(known) if v is None]
+        for i, encoded in zip(missing, embedding.token_vectors([texts[i] for i in missing]) if missing else [],
+                              strict=True):
+            known[i] = encoded
         late_scores = [
-            float((pieces @ vectors.T).max(axis=1) @ weights) if len(vectors) else 0.0
-            for vectors in embedding.token_vectors(list(texts))
+            float((pieces @ v.T).max(axis=1) @ weights) if v is not None and len(v) else 0.0 for v in known
         ]
     rare = rare_word_weights(question)
     total_weight = sum(rare.values())

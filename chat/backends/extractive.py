@@ -163,8 +163,9 @@ def compose(prompt: Prompt) -> list[list[str]]:
     if not all_units:
         return []
     labels = {source.number: source.label.rsplit(">", 1)[-1] for source in prompt.sources}
-    scored = scoring.score(prompt.question, [u.text for u in all_units], [u.number for u in all_units],
-                           [labels[u.number] for u in all_units])
+    texts, numbers = [u.text for u in all_units], [u.number for u in all_units]
+    scored = scoring.score(prompt.question, texts, numbers, [labels[u.number] for u in all_units],
+                           scoring.stored_pieces(prompt.sources, texts, numbers))
     how_to = bool(HOW_TO.search(prompt.question))
     # A how-to question is answered by instructions: sources holding commands or numbered steps come first.
     procedural = {u.number for u in all_units if u.kind in ("code", "step")} if how_to else set()

@@ -110,3 +110,51 @@ def test_a_runner_up_must_hold_one_of_the_questions_words_not_just_sound_like_th
     )
     assert text.startswith("The CSV tab exports the rows that match the current filters [1]."), text
     assert "Views menu" not in text and "Status dropdown" not in text, text
+
+
+GUIDE = """# Export guide
+
+## Exporting
+
+The Export button opens the Export dialog, which has two tabs, CSV and PDF. Large exports are emailed
+to the person who started them. Each export keeps its filters, so a saved view exports the same rows.
+
+| Format | Limit |
+|---|---|
+| CSV | 1,000,000 rows |
+"""
+
+
+def test_sentences_are_scored_with_their_chunks_stored_vectors_not_encoded_again(monkeypatch: Any) -> None:
+    """An answer encodes only the question: each sentence's word pieces are a run of its chunk's stored
+    pieces (the ingest pass's contextual vectors). A table row, rejoined with dashes, is not such a run."""
+    from chat import sentences as scoring
+    from kb.ingest import embedding
+    from kb.ingest.pieces import unpack
+    from kb.models import Chunk
+    from tests.factories import ingested_document
+
+    document = ingested_document(GUIDE, name="export-guide.md")
+    [chunk] = Chunk.objects.filter(document=document)
+    src = Source(number=1, chunk_id=chunk.pk, document_id=document.pk, document_title=document.title,
+                 label=chunk.breadcrumb, text=chunk.content, start=chunk.start, end=chunk.end, page=None, distance=0.2)
+    parts = units(1, src.text)
+    found = scoring.stored_pieces([src], [u.text for u in parts], [1] * len(parts))
+    stored = unpack(chunk.late_vectors, embedding.dimensions())
+    ids = embedding.model().tokenizer(chunk.text, add_special_tokens=False)["input_ids"]
+    for unit, vectors in zip(parts, found, strict=True):
+        if unit.kind == "row":
+            assert vectors is None, unit.text
+            continue
+        assert vectors is not None, unit.text
+        wanted = embedding.model().tokenizer(unit.text, add_special_tokens=False)["input_ids"]
+        at = next(i for i in range(len(ids)) if ids[i : i + len(wanted)] == wanted)
+        assert (vectors == stored[at : at + len(wanted)]).all()
+
+    encoded: list[list[str]] = []
+    real = embedding.token_vectors
+    monkeypatch.setattr(embedding, "token_vectors", lambda texts: encoded.append(list(texts)) or real(texts))
+    prompt = build_prompt(question="Which formats does the Export dialog offer?", intent=SCREEN, sources=[src])
+    text = "".join(ExtractiveBackend().generate(prompt))
+    assert text.startswith("The Export button opens the Export dialog, which has two tabs, CSV and PDF [1]."), text
+    assert encoded == [["Format — Limit", "CSV — 1,000,000 rows"]]  # only the rejoined table rows
