@@ -153,7 +153,12 @@ def test_sentences_are_scored_with_their_chunks_stored_vectors_not_encoded_again
 
     encoded: list[list[str]] = []
     real = embedding.token_vectors
-    monkeypatch.setattr(embedding, "token_vectors", lambda texts: encoded.append(list(texts)) or real(texts))
+
+    def spy(texts: list[str]) -> Any:
+        encoded.append(list(texts))
+        return real(texts)
+
+    monkeypatch.setattr(embedding, "token_vectors", spy)
     prompt = build_prompt(question="Which formats does the Export dialog offer?", intent=SCREEN, sources=[src])
     text = "".join(ExtractiveBackend().generate(prompt))
     assert text.startswith("The Export button opens the Export dialog, which has two tabs, CSV and PDF [1]."), text
