@@ -56,7 +56,6 @@ class Signals:
     agreement: float
     screen: float
     unknown_words: tuple[str, ...] = ()
-    closest: str = ""  # breadcrumb of the closest readable passage, for the refusal's reason
 
     def vector(self, names: Sequence[str]) -> np.ndarray:
         return np.array([float(getattr(self, name)) for name in names])
@@ -186,16 +185,12 @@ def refusal_reason(signals: Signals | None, *, probability: float | None, cutoff
     if probability is not None and cutoff is not None:
         parts.append(f"the documents you can read do not seem to answer this (confidence {probability:.2f}, "
                      f"{cutoff:.2f} needed)")
-    closest = f"the closest passage (“{signals.closest}”)" if signals.closest else "the nearest passage"
     if probability is None or signals.nearest > threshold:
-        parts.append(f"{closest} is at cosine distance {signals.nearest:.3f}, above the threshold {threshold:.3f}")
-    elif signals.closest:
-        parts.append(f"the closest passage is about “{signals.closest}”")
-    if signals.unknown_words:
-        quoted = ", ".join(f"'{w}'" for w in signals.unknown_words[:5])
-        one = len(signals.unknown_words) == 1
-        parts.append(f"the question's word{'' if one else 's'} {quoted} appear{'s' if one else ''} in no document; "
-                     f"if {'it has' if one else 'they have'} another name in your documents, ask with that")
+        parts.append(f"the nearest passage is at cosine distance {signals.nearest:.3f}, above the threshold "
+                     f"{threshold:.3f}")
+    # Nothing here names a passage or says which words the index holds: the reason is stored with the
+    # answer, which reviewers with other access read, and the word statistics cover every document.
+    parts.append("ask with the words your documents use, or ask someone who can read more of them")
     return "NO ANSWER: " + "; ".join(parts)
 
 

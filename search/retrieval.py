@@ -410,7 +410,6 @@ def _decide(result: SearchResult, *, query: str, fused: list[Hit], hits: list[Hi
     words = WORD.findall(query)
     unknown, content = answerability.unknown_words(words)
     top = hits[: answerability.DEPTH]
-    closest = min(fused, key=lambda h: (h.distance, h.chunk_id))
     result.signals = answerability.Signals(
         nearest=result.nearest_distance,
         gap=answerability.gap([h.distance for h in fused]),
@@ -420,7 +419,6 @@ def _decide(result: SearchResult, *, query: str, fused: list[Hit], hits: list[Hi
         agreement=answerability.agreement([h.ranks for h in fused]),
         screen=1.0 if result.intent == SCREEN else 0.0,
         unknown_words=tuple(unknown),
-        closest=closest.breadcrumb,
     )
     model = answerability.configured_model() if options.answerability else None
     if model is None:
