@@ -88,13 +88,12 @@ class AppServer:
 
     def __init__(self, env: dict[str, str]) -> None:
         from kb.runtime.embedded import free_port
-        from kb.runtime.launcher import wait_for_port, workers
+        from kb.runtime.launcher import query_environment, wait_for_port, web_argv, workers
 
         self.port = free_port()
         self.log = Path(tempfile.mkdtemp(prefix="kb-bench-server-")) / "server.log"  # kept for a failed run
         self.children: list[subprocess.Popen[bytes]] = []
-        self.web = self._spawn([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-                                "kb.asgi:application"], env)
+        self.web = self._spawn(web_argv("127.0.0.1", self.port), {**env, **query_environment()})
         self.workers = {worker.queue: self._spawn(worker.argv(), {**env, **worker.env}, worker.niceness)
                         for worker in workers()}
         wait_for_port("127.0.0.1", self.port, 120, self.web)

@@ -159,6 +159,7 @@ def inner(args: argparse.Namespace) -> None:
     import json
 
     import numpy as np
+    import torch
     from django.conf import settings
     from django.contrib.auth.models import Group, User
     from django.core.management import call_command
@@ -169,6 +170,7 @@ def inner(args: argparse.Namespace) -> None:
     from kb.ingest.batch import ingest_paths
     from kb.ingest.pieces import pack
     from kb.models import Chunk
+    from kb.runtime.launcher import query_environment
     from search.retrieval import SearchOptions
 
     call_command("migrate", verbosity=0)
@@ -181,7 +183,10 @@ def inner(args: argparse.Namespace) -> None:
     user.groups.set(groups.values())
     for folder in sorted(p for p in corpus.iterdir() if p.is_dir()):
         ingest_paths([folder], groups=[groups[folder.name]] if folder.name in groups else None, sync=True)
-    print(f"development corpus: {Chunk.objects.count()} chunks; {len(questions)} queries; {os.cpu_count()} CPUs")
+    # Timed as the processes that serve queries run (kb.runtime.launcher.query_environment).
+    torch.set_num_threads(int(query_environment()["OMP_NUM_THREADS"]))
+    print(f"development corpus: {Chunk.objects.count()} chunks; {len(questions)} queries; {os.cpu_count()} CPUs; "
+          f"{torch.get_num_threads()} torch thread(s)")
     for q in questions[:5]:  # warm: model, connections, caches
         retrieval_times(user, [q])
     timed("retrieval, server side (embedding, candidates, MMR, late stage, gate)", args.runs,
@@ -232,7 +237,8 @@ def measure_late(options: SearchOptions, principals: list[str], questions: list[
         times = []
         for q, rows, p in zip(questions, heads, pieces, strict=True):
             started = time.perf_counter()
-            late.scores(q, p, [m.span() for m in WORD.finditer(q)], late.chunk_vectors([(row["chunk_id"], row["text"]) for row in rows]))
+            weights = late.query_weights(q, [m.span() for m in WORD.finditer(q)])
+            late.scores(p, weights, late.chunk_vectors([(row["chunk_id"], row["text"]) for row in rows]))
             times.append((time.perf_counter() - started) * 1000)
         return times
 

@@ -35,8 +35,9 @@ from bench._common import (
 )
 
 
-def _ask(base: str, token: str, cookie: str, question: str) -> float | None:
-    """Milliseconds from POST /api/ask to the first token event; None when the answer was refused."""
+def _ask(base: str, token: str, cookie: str, question: str) -> dict[str, Any]:
+    """Milliseconds from POST /api/ask to its reply (`post`), to the open websocket (`open`) and to the
+    first token event (`ttft`, None when the answer was refused), and the answer's message id."""
     from websockets.sync.client import connect
     from websockets.typing import Origin
 
@@ -47,16 +48,19 @@ def _ask(base: str, token: str, cookie: str, question: str) -> float | None:
     )
     with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 (the same)
         asked = json.load(response)
+    times: dict[str, Any] = {"message": asked["message"], "post": (time.perf_counter() - began) * 1000, "ttft": None}
     ws_url = base.replace("http://", "ws://") + asked["stream"]
     with connect(ws_url, origin=Origin(base), additional_headers={"Cookie": cookie}, open_timeout=30) as ws:
+        times["open"] = (time.perf_counter() - began) * 1000
         while True:
             event = json.loads(ws.recv(timeout=60))
             if event.get("message") != asked["message"]:
                 continue
             if event["type"] == "token":
-                return (time.perf_counter() - began) * 1000
+                times["ttft"] = (time.perf_counter() - began) * 1000
+                return times
             if event["type"] in ("refused", "done", "error"):
-                return None
+                return times
 
 
 class _IngestLoad:
@@ -81,15 +85,20 @@ class _IngestLoad:
 
 
 def _phase(base: str, token: str, cookie: str, questions: list[str]) -> dict[str, Any]:
+    from chat.models import Message
+
     load_before = load_average()
-    times, refused = [], 0
-    for question in questions:
-        ms = _ask(base, token, cookie, question)
-        if ms is None:
-            refused += 1
-        else:
-            times.append(ms)
-    return {"ttft_ms": times, "refused": refused, "load": f"{load_before} -> {load_average()}"}
+    asked = [_ask(base, token, cookie, question) for question in questions]
+    timed = [a for a in asked if a["ttft"] is not None]
+    # Where the time went, from the stored answers: waiting for a worker, then the worker's own first token.
+    stored = {m.pk: m for m in Message.objects.filter(pk__in=[a["message"] for a in timed])}
+    queued = [(m.started_at - m.created_at).total_seconds() * 1000
+              for m in (stored[a["message"]] for a in timed) if m.started_at is not None]
+    return {"ttft_ms": [a["ttft"] for a in timed], "refused": len(asked) - len(timed),
+            "post_ms": [a["post"] for a in timed], "open_ms": [a["open"] for a in timed], "queued_ms": queued,
+            # (stored with the finished answer: the last one may still be finishing)
+            "worker_first_token_ms": [ms for a in timed if (ms := stored[a["message"]].first_token_ms) is not None],
+            "load": f"{load_before} -> {load_average()}"}
 
 
 def run_ttft(*, eval_dir: Path, questions: int, runs: int) -> dict[str, Any]:
@@ -154,6 +163,10 @@ def report_ttft(result: dict[str, Any]) -> list[str]:
             extra = f", ingest rounds {figures['ingest_rounds_started']}" if phase == "ingesting" else ""
             lines.append(f"  run {run['run']} {phase:<9}: p50 {p50:7.1f} ms  p95 {p95:7.1f} ms  "
                          f"({len(figures['ttft_ms'])} timed, {figures['refused']} refused{extra}; load {figures['load']})")
+            lines.append("      where: " + ", ".join(
+                f"{name} p50 {percentile(figures[key], 50):.1f}/p95 {percentile(figures[key], 95):.1f}"
+                for name, key in (("POST reply", "post_ms"), ("socket open", "open_ms"), ("queued", "queued_ms"),
+                                  ("worker to first token", "worker_first_token_ms"))))
     for phase, target in (("quiet", 150), ("ingesting", 400)):
         p50, p95 = statistics.median(summary[phase]["p50"]), statistics.median(summary[phase]["p95"])
         lines.append(f"median over runs, {phase:<9}: p50 {p50:7.1f} ms  p95 {p95:7.1f} ms  (target p95 <= {target} ms: "

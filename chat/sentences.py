@@ -10,7 +10,7 @@ retrieval ranked higher.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,43 +64,92 @@ def _found(text: str, context: str, joined: dict[str, set[str]]) -> set[str]:
 def stored_pieces(sources: Sequence[Source], texts: Sequence[str], numbers: Sequence[int]) -> list[np.ndarray | None]:
     """Each sentence's word-piece vectors cut from those stored for its source's chunks at ingest
     (kb.ingest.pieces), found by its word-piece ids, so an answer encodes nothing but the question.
-    None where the sentence's pieces are not one run of a chunk (markup cleaned out of it, a table
-    row rejoined, a sentence across two chunks): `score` encodes those on their own."""
+    A sentence the units cleaned up (a table row's cells rejoined, markup dropped) is found piece by
+    piece in order (`_aligned`). None where it is in no chunk: `score` encodes those on their own."""
     if not texts or not sources:
         return [None] * len(texts)
     overlapping = Q(pk__in=[])
     for source in sources:
         overlapping |= Q(document_id=source.document_id, start__lt=source.end, end__gt=source.start)
-    rows = Chunk.objects.filter(overlapping, late_vectors__isnull=False).values_list(
-        "document_id", "start", "end", "text", "late_vectors")
+    rows = list(Chunk.objects.filter(overlapping, late_vectors__isnull=False).values_list(
+        "document_id", "start", "end", "text", "late_vectors"))
     tokenizer = embedding.model().tokenizer
     dimensions = settings.KB_EMBEDDING_DIMENSIONS
-    runs: dict[int, list[tuple[list[int], np.ndarray]]] = {}  # source number -> its chunks' (ids, vectors)
-    for document_id, start, end, text, data in rows:
-        if data is None:
-            continue
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        vectors = unpack(data, dimensions)
+    chunk_ids = tokenizer([row[3] for row in rows], add_special_tokens=False)["input_ids"] if rows else []
+    runs: dict[int, list[_Pieces]] = {}  # source number -> its chunks' pieces
+    for (document_id, start, end, _, data), ids in zip(rows, chunk_ids, strict=True):
+        vectors = unpack(data, dimensions) if data is not None else np.zeros((0, dimensions))
         if len(ids) != len(vectors):
             continue  # indexed with another tokenizer or truncated: encode instead
         for source in sources:
             if source.document_id == document_id and start < source.end and end > source.start:
-                runs.setdefault(source.number, []).append((ids, vectors))
+                runs.setdefault(source.number, []).append(_Pieces(ids, _as_text(ids), vectors))
     wanted = tokenizer([t.removesuffix(" …") for t in texts], add_special_tokens=False)["input_ids"]
     found: list[np.ndarray | None] = []
     for ids, number in zip(wanted, numbers, strict=True):
-        found.append(_run_of(ids, runs.get(number, [])))
+        chunks = runs.get(number, [])
+        run = _run_of(ids, chunks)
+        found.append(run if run is not None else _aligned(ids, chunks))
     return found
 
 
-def _run_of(ids: list[int], chunks: list[tuple[list[int], np.ndarray]]) -> np.ndarray | None:
+@dataclass(frozen=True)
+class _Pieces:
+    """A chunk's stored word-piece vectors with their ids (and the ids as text, for substring search)."""
+
+    ids: list[int]
+    text: str
+    vectors: np.ndarray
+
+
+def _as_text(ids: list[int]) -> str:
+    return "".join(map(chr, ids))
+
+
+def _run_of(ids: list[int], chunks: list[_Pieces]) -> np.ndarray | None:
+    """The vectors of the first chunk run of exactly these pieces."""
     if not ids:
         return None
-    for chunk_ids, vectors in chunks:
-        for at in (i for i, token in enumerate(chunk_ids) if token == ids[0]):
-            if chunk_ids[at : at + len(ids)] == ids:
-                return vectors[at : at + len(ids)]
+    wanted = _as_text(ids)
+    for chunk in chunks:
+        at = chunk.text.find(wanted)
+        if at >= 0:
+            return chunk.vectors[at : at + len(ids)]
     return None
+
+
+def _positions(text: str, token: int) -> Iterator[int]:
+    at = text.find(chr(token))
+    while at >= 0:
+        yield at
+        at = text.find(chr(token), at + 1)
+
+
+ALIGN_GAP = 12  # chunk pieces that may lie between two found pieces (a cell's "|", a dropped <span class="…">)
+ALIGN_SHARE = 0.6  # of the sentence's pieces that must be found (a row's " — " never are)
+
+
+def _aligned(ids: list[int], chunks: list[_Pieces]) -> np.ndarray | None:
+    """The vectors of the sentence's pieces found in order in one chunk, each within ALIGN_GAP of the last,
+    from the start that finds most; pieces the chunk lacks are left out. None below ALIGN_SHARE."""
+    best: list[int] = []
+    best_vectors: np.ndarray | None = None
+    for chunk in chunks:
+        chunk_ids = chunk.ids
+        for first in range(min(3, len(ids))):
+            for at in _positions(chunk.text, ids[first]):
+                taken, nxt = [at], at + 1
+                for token in ids[first + 1:]:
+                    window = chunk_ids[nxt : nxt + ALIGN_GAP]
+                    if token in window:
+                        nxt += window.index(token)
+                        taken.append(nxt)
+                        nxt += 1
+                if len(taken) > len(best):
+                    best, best_vectors = taken, chunk.vectors
+    if best_vectors is None or len(best) < max(2, ALIGN_SHARE * len(ids)):
+        return None
+    return best_vectors[best]
 
 
 def score(question: str, texts: Sequence[str], ranks: Sequence[int], contexts: Sequence[str] | None = None,

@@ -78,14 +78,12 @@ def chunk_vectors(chunks: Sequence[tuple[int, str]]) -> list[np.ndarray]:
     return [unpack(stored[cid], dimensions) if cid in stored else next(computed) for cid, _ in chunks]
 
 
-def scores(
-    query: str, query_vectors: np.ndarray, word_spans: Sequence[tuple[int, int]], chunks: Sequence[np.ndarray]
-) -> list[float]:
-    """IDF-weighted mean over query pieces (`embedding.embed_query`'s second value) of the best cosine with any
-    piece of each chunk (`chunk_vectors`, or `embedding.token_vectors` of any text)."""
-    weights = query_weights(query, word_spans)[: len(query_vectors)]  # the model truncates a very long query
+def scores(query_vectors: np.ndarray, weights: np.ndarray, chunks: Sequence[np.ndarray]) -> list[float]:
+    """IDF-weighted mean over query pieces (`embedding.embed_query`'s second value, weighted by `query_weights`)
+    of the best cosine with any piece of each chunk (`chunk_vectors`, or `embedding.token_vectors` of any text)."""
+    weights = weights[: len(query_vectors)]  # the model truncates a very long query
     if not len(chunks) or not weights.any():
         return [0.0] * len(chunks)
-    weights /= weights.sum()
+    weights = weights / weights.sum()
     query_vectors = query_vectors[: len(weights)]
     return [float((query_vectors @ vectors.T).max(axis=1) @ weights) if len(vectors) else 0.0 for vectors in chunks]

@@ -243,7 +243,8 @@ def _candidate_query(*, principals: list[str], query: str, vector: np.ndarray,
     lexical = lexical_query(query) if options.lexical else ""
     params: dict[str, Any] = {
         "principals": principals,
-        "vector": vector.tolist(),
+        # pgvector's text form: a float list would be written out as an array literal at each of its four places.
+        "vector": "[" + ",".join(map(str, vector.tolist())) + "]",
         "n": options.candidates,
         "lexical": lexical,
         "max_share": options.lexical_max_share,
@@ -310,8 +311,9 @@ def _late_signals(query: str, pieces: np.ndarray, head: list[Hit], texts: dict[i
     """Each hit's late-interaction score and weakest word match (answerability.weakest_matches), by chunk id."""
     spans = [m.span() for m in WORD.finditer(query)]
     vectors = late.chunk_vectors([(h.chunk_id, texts[h.chunk_id]) for h in head])
-    scores = late.scores(query, pieces, spans, vectors)
-    weakest = answerability.weakest_matches(pieces, late.query_weights(query, spans), vectors)
+    weights = late.query_weights(query, spans)
+    scores = late.scores(pieces, weights, vectors)
+    weakest = answerability.weakest_matches(pieces, weights, vectors)
     return {h.chunk_id: (s, w) for h, s, w in zip(head, scores, weakest, strict=True)}
 
 

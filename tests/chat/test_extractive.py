@@ -118,6 +118,7 @@ GUIDE = """# Export guide
 
 The Export button opens the Export dialog, which has two tabs, CSV and PDF. Large exports are emailed
 to the person who started them. Each export keeps its filters, so a saved view exports the same rows.
+Choose <span class="menuItems">File</span> → <span class="menuItems">Export</span> to start one.
 
 | Format | Limit |
 |---|---|
@@ -127,7 +128,8 @@ to the person who started them. Each export keeps its filters, so a saved view e
 
 def test_sentences_are_scored_with_their_chunks_stored_vectors_not_encoded_again(monkeypatch: Any) -> None:
     """An answer encodes only the question: each sentence's word pieces are a run of its chunk's stored
-    pieces (the ingest pass's contextual vectors). A table row, rejoined with dashes, is not such a run."""
+    pieces (the ingest pass's contextual vectors). A table row rejoined with dashes, or a sentence whose
+    markup was cleaned out, is found piece by piece in order; a sentence in no chunk is encoded."""
     from chat import sentences as scoring
     from kb.ingest import embedding
     from kb.ingest.pieces import unpack
@@ -139,17 +141,26 @@ def test_sentences_are_scored_with_their_chunks_stored_vectors_not_encoded_again
     src = Source(number=1, chunk_id=chunk.pk, document_id=document.pk, document_title=document.title,
                  label=chunk.breadcrumb, text=chunk.content, start=chunk.start, end=chunk.end, page=None, distance=0.2)
     parts = units(1, src.text)
-    found = scoring.stored_pieces([src], [u.text for u in parts], [1] * len(parts))
+    stranger = "Nothing in this guide mentions quarterly payroll reconciliation."
+    found = scoring.stored_pieces([src], [u.text for u in parts] + [stranger], [1] * (len(parts) + 1))
     stored = unpack(chunk.late_vectors, embedding.dimensions())
-    ids = embedding.model().tokenizer(chunk.text, add_special_tokens=False)["input_ids"]
-    for unit, vectors in zip(parts, found, strict=True):
-        if unit.kind == "row":
-            assert vectors is None, unit.text
-            continue
+    tokenizer = embedding.model().tokenizer
+    ids = tokenizer(chunk.text, add_special_tokens=False)["input_ids"]
+    assert found[-1] is None  # in no chunk: encoded
+    cleaned = 0
+    for unit, vectors in zip(parts, found, strict=False):
         assert vectors is not None, unit.text
-        wanted = embedding.model().tokenizer(unit.text, add_special_tokens=False)["input_ids"]
-        at = next(i for i in range(len(ids)) if ids[i : i + len(wanted)] == wanted)
-        assert (vectors == stored[at : at + len(wanted)]).all()
+        wanted = tokenizer(unit.text, add_special_tokens=False)["input_ids"]
+        runs = [i for i in range(len(ids)) if ids[i : i + len(wanted)] == wanted]
+        if runs:
+            assert (vectors == stored[runs[0] : runs[0] + len(wanted)]).all()
+            continue
+        cleaned += 1
+        # Cut from the chunk's own vectors, in order: the pieces the chunk has (the cells, the words
+        # around a dropped tag), without the " — " the row was rejoined with.
+        rows = [next(i for i in range(len(stored)) if (stored[i] == v).all()) for v in vectors]
+        assert rows == sorted(rows) and [ids[i] for i in rows] == [t for t in wanted if t in ids[rows[0]:rows[-1] + 1]]
+    assert cleaned == 3, "the two table rows and the sentence with <span> tags are not runs of the chunk"
 
     encoded: list[list[str]] = []
     real = embedding.token_vectors
@@ -162,4 +173,4 @@ def test_sentences_are_scored_with_their_chunks_stored_vectors_not_encoded_again
     prompt = build_prompt(question="Which formats does the Export dialog offer?", intent=SCREEN, sources=[src])
     text = "".join(ExtractiveBackend().generate(prompt))
     assert text.startswith("The Export button opens the Export dialog, which has two tabs, CSV and PDF [1]."), text
-    assert encoded == [["Format — Limit", "CSV — 1,000,000 rows"]]  # only the rejoined table rows
+    assert encoded == []  # every sentence, row and cleaned one included, came from the stored vectors

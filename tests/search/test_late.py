@@ -40,7 +40,8 @@ def test_the_passage_with_the_questions_specific_words_scores_higher(db: None) -
     general = "Webhooks send an HTTP request to your server whenever an event happens in your account."
     near_miss = "The signing key of the payroll export is kept in the vault and never rotated."
     pieces = embedding.embed_query(query)[1]
-    scores = late.scores(query, pieces, spans(query), embedding.token_vectors([specific, general, near_miss]))
+    scores = late.scores(pieces, late.query_weights(query, spans(query)),
+                         embedding.token_vectors([specific, general, near_miss]))
     assert scores[0] > scores[1] and scores[0] > scores[2]
     assert all(0 < s <= 1.0001 for s in scores)
 
