@@ -23,7 +23,7 @@ from chat.citations import CitationFilter, render_html
 from chat.events import ClaimPayload, Event, Timings, citation_from_source
 from chat.prompts import Source, build_prompt
 from chat.support import unsupported_claims
-from kb.models import Document
+from kb.models import Chunk, Document
 from search.retrieval import Hit, SearchOptions, SearchResult, hybrid_search, reassemble
 
 ACCESS_CHANGED = (
@@ -42,7 +42,9 @@ def sources_for(hits: Sequence[Hit]) -> list[Source]:
     for hit, parts in reassemble(hits):
         if len(parts) > 1:
             start, end = parts[0].start, parts[-1].end
-            text = _canonical_slice(hit.document_id, start, end)
+            text = _stitched(parts)
+            if text is None:
+                text = _canonical_slice(hit.document_id, start, end)
             page = next((p.page for p in parts if p.page), None)
         else:
             start, end, text, page = hit.start, hit.end, hit.content, hit.page
@@ -54,6 +56,19 @@ def sources_for(hits: Sequence[Hit]) -> list[Source]:
             )
         )
     return sources
+
+
+def _stitched(parts: Sequence[Chunk]) -> str | None:
+    """canonical_text[first start:last end] from the parts' own contents (each is exactly its slice, and
+    they overlap), without reading the whole document; None where the parts leave a gap."""
+    text, end = parts[0].content, parts[0].end
+    for part in parts[1:]:
+        if part.start > end:
+            return None
+        if part.end > end:
+            text += part.content[end - part.start :]
+            end = part.end
+    return text
 
 
 def _canonical_slice(document_id: int, start: int, end: int) -> str:

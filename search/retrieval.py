@@ -444,7 +444,7 @@ def reassemble(hits: Sequence[Hit]) -> list[tuple[Hit, list[Chunk]]]:
     sections = [Q(document_id=h.document_id, split_group=h.split_group) for h in firsts if h.split_group]
     if sections:
         located = Chunk.objects.filter(reduce(operator.or_, sections)).only(
-            "document_id", "split_group", "ordinal", "start", "end", "page")  # not the vectors and texts
+            "document_id", "split_group", "ordinal", "start", "end", "page", "content")  # not the vectors
         for chunk in located.order_by("ordinal"):
             parts[(chunk.document_id, chunk.split_group)].append(chunk)
     return [(h, parts[(h.document_id, h.split_group)] if h.split_group else []) for h in firsts]

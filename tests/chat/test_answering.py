@@ -141,6 +141,16 @@ def test_a_split_section_is_one_source_of_all_its_parts(people: dict[str, Any]) 
     assert "Hazmat licence" in events[-1]["text"]
 
 
+def test_a_split_sections_text_is_stitched_from_its_overlapping_parts_and_never_across_a_gap() -> None:
+    from chat.answering import _stitched
+
+    text = "Open the Carrier onboarding screen. Fill in every field. Press Save when the button is enabled."
+    parts = [Chunk(start=0, end=40, content=text[0:40]), Chunk(start=30, end=70, content=text[30:70]),
+             Chunk(start=60, end=len(text), content=text[60:])]
+    assert _stitched(parts) == text
+    assert _stitched([parts[0], parts[2]]) is None  # 40..60 is in no part: only the document has it
+
+
 @pytest.mark.parametrize(
     ("mode", "message"),
     [("stall", "stalled: nothing for 1s"), ("die", "closed the stream before the answer was complete"), ("http500", "HTTP 500: model overloaded")],
