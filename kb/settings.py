@@ -204,6 +204,10 @@ def _database(url: str) -> dj_database_url.DBConfig:
             "max_idle": 60,
             "name": "kb",
         }
+    else:
+        # Without a pool a connection may be kept between requests or tasks (Django refuses both at once):
+        # a Celery worker process runs one task at a time, so it keeps one, checked before reuse.
+        config["CONN_MAX_AGE"] = env_int("KB_DB_CONN_MAX_AGE", 0, minimum=0)
     # Per connection, no extra round trip per query: iterative HNSW scans keep a selective
     # ACL filter from starving the dense list; ef_search trades recall for speed.
     options["options"] = f"-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search={KB_SEARCH_EF_SEARCH}"

@@ -161,6 +161,11 @@ class Worker:
         ]
 
 
+# A worker process runs one task at a time: it keeps one connection (checked before reuse) instead of
+# taking one from a pool and handing it back around every task.
+WORKER_DATABASE = {"KB_DB_POOL_SIZE": "0", "KB_DB_CONN_MAX_AGE": "300"}
+
+
 def workers() -> list[Worker]:
     """The ingest worker and the answer worker (docs/SCALING.md).
 
@@ -171,8 +176,8 @@ def workers() -> list[Worker]:
     scheduler gives an answer's burst of work the CPU first.
     """
     return [
-        Worker(queues.INGEST, os.environ.get("KB_WORKER_CONCURRENCY", "1"), {}, 10),
-        Worker(queues.ANSWERS, os.environ.get("KB_ANSWER_CONCURRENCY", "2"), query_environment(), 0),
+        Worker(queues.INGEST, os.environ.get("KB_WORKER_CONCURRENCY", "1"), WORKER_DATABASE, 10),
+        Worker(queues.ANSWERS, os.environ.get("KB_ANSWER_CONCURRENCY", "2"), {**WORKER_DATABASE, **query_environment()}, 0),
     ]
 
 

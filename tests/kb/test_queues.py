@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import json
+import subprocess
+import sys
 import time
 from typing import Any, cast
 
@@ -12,7 +15,7 @@ from kb.celery import app
 from kb.queues import ANSWERS, INGEST
 from kb.runtime.launcher import workers
 from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS
-from tests.conftest import start_worker, stop_process
+from tests.conftest import ROOT, service_env, start_worker, stop_process
 from tests.factories import ingested_document
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -26,6 +29,18 @@ def test_make_run_starts_one_worker_per_queue_with_deliberate_cpu_shares() -> No
     for queue, worker in by_queue.items():
         argv = worker.argv()
         assert argv[argv.index("--queues") + 1] == queue
+        # One task at a time per process: each keeps one database connection rather than a pool.
+        database = _database_settings(worker.env)
+        assert database["CONN_MAX_AGE"] == 300 and "pool" not in database["OPTIONS"], database
+    assert "pool" in _database_settings({})["OPTIONS"]  # the web process keeps its bounded pool
+
+
+def _database_settings(env: dict[str, str]) -> dict[str, Any]:
+    """DATABASES['default'] as a process started with `env` sees it."""
+    code = "import json; from django.conf import settings; print(json.dumps(settings.DATABASES['default'], default=str))"
+    out = subprocess.run([sys.executable, "-c", code], env=service_env(DJANGO_SETTINGS_MODULE="kb.settings", **env),
+                         cwd=ROOT, capture_output=True, text=True, check=True, timeout=60).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
 
 
 def test_a_question_is_answered_while_the_ingest_queue_is_full(people: dict[str, Any]) -> None:
