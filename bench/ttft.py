@@ -82,7 +82,16 @@ class _IngestLoad:
             self.rounds += 1
 
     def stop(self) -> None:
+        """Stop starting rounds, then wait for the round under way and for the ingest worker to index what
+        was queued: the next quiet phase must be quiet."""
+        from kb.models import Document
+
         self._stop.set()
+        self._thread.join()
+        deadline = time.monotonic() + 900
+        busy = Document.objects.exclude(status__in=[Document.Status.READY, Document.Status.FAILED])
+        while busy.exists() and time.monotonic() < deadline:
+            time.sleep(1)
 
 
 def _phase(base: str, token: str, cookie: str, questions: list[str]) -> dict[str, Any]:
@@ -144,7 +153,7 @@ def run_ttft(*, eval_dir: Path, questions: int, runs: int) -> dict[str, Any]:
                 busy = _phase(base, token, cookie, sample)
             finally:
                 load.stop()
-            busy["ingest_rounds_started"] = load.rounds + 1
+            busy["ingest_rounds_started"] = load.rounds
             results.append({"run": run + 1, "quiet": quiet, "ingesting": busy})
             print(f"run {run + 1}/{runs} done", file=sys.stderr)
     finally:
