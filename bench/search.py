@@ -97,9 +97,9 @@ def bulk_load(n: int, texts: list[str], base: np.ndarray, packed: list[bytes],
         cur.execute("INSERT INTO kb_document (title, file, filename, mime_type, sha256, size, inherit_access, public, acl,"
                     " status, failed_stage, failure_reason, attempts, audience_default, canonical_text, pages, warnings,"
                     " embedding_model, chunk_count, token_total, token_max, progress_done, progress_total, stage_seconds,"
-                    " version, created_at, updated_at)"
+                    " headings, version, created_at, updated_at)"
                     " SELECT 'doc ' || g, '', '', 'text/markdown', '', 0, false, false, '{}', 'ready', '', '', 1, '', '',"
-                    " '[]', '[]', %s, 0, 0, 0, 0, 0, '{}', 1, now(), now() FROM generate_series(1, %s) g RETURNING id",
+                    " '[]', '[]', %s, 0, 0, 0, 0, 0, '{}', '[]', 1, now(), now() FROM generate_series(1, %s) g RETURNING id",
                     ["all-MiniLM-L6-v2", max(1, n // 100)])
         documents = [row[0] for row in cur.fetchall()]
         started = time.perf_counter()
