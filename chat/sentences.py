@@ -78,7 +78,9 @@ def stored_pieces(sources: Sequence[Source], texts: Sequence[str], numbers: Sequ
     chunk_ids = tokenizer([row[3] for row in rows], add_special_tokens=False)["input_ids"] if rows else []
     runs: dict[int, list[_Pieces]] = {}  # source number -> its chunks' pieces
     for (document_id, start, end, _, data), ids in zip(rows, chunk_ids, strict=True):
-        vectors = unpack(data, dimensions) if data is not None else np.zeros((0, dimensions))
+        if data is None:
+            continue
+        vectors = unpack(data, dimensions)
         if len(ids) != len(vectors):
             continue  # indexed with another tokenizer or truncated: encode instead
         for source in sources:
