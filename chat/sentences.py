@@ -36,13 +36,13 @@ class Scores:
     total: list[float]
 
 
-def rare_word_weights(question: str) -> dict[str, float]:
-    """Each content word of the question (stemmed as chat.support does) with its IDF in this corpus."""
-    words = [m.group() for m in WORD.finditer(question)]
+def rare_word_weights(words: Sequence[str], idf: Sequence[float]) -> dict[str, float]:
+    """Each content word of the question (stemmed as chat.support does) with its IDF in this corpus
+    (`idf`: late.word_weights of `words`)."""
     weights: dict[str, float] = {}
-    for word, idf in zip(words, late.word_weights(words), strict=True):
+    for word, weight in zip(words, idf, strict=True):
         for term in terms(word):
-            weights[term] = max(weights.get(term, 0.0), idf)
+            weights[term] = max(weights.get(term, 0.0), weight)
     return {t: w for t, w in weights.items() if w > 0}
 
 
@@ -163,7 +163,9 @@ def score(question: str, texts: Sequence[str], ranks: Sequence[int], contexts: S
         return Scores([], [], [])
     _, pieces = embedding.embed_query(question)
     spans = [m.span() for m in WORD.finditer(question)]
-    weights = late.query_weights(question, spans)[: len(pieces)]
+    words = [question[a:b] for a, b in spans]
+    idf = late.word_weights(words)  # one read serves the pieces' weights and the rare words
+    weights = late.query_weights(question, spans, idf)[: len(pieces)]
     late_scores = [0.0] * len(texts)
     if weights.any():
         weights = weights / weights.sum()
@@ -176,7 +178,7 @@ def score(question: str, texts: Sequence[str], ranks: Sequence[int], contexts: S
         late_scores = [
             float((pieces @ v.T).max(axis=1) @ weights) if v is not None and len(v) else 0.0 for v in known
         ]
-    rare = rare_word_weights(question)
+    rare = rare_word_weights(words, idf)
     total_weight = sum(rare.values())
     joined = compounds(question)
     coverage = [

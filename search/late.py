@@ -51,10 +51,11 @@ def word_weights(words: Sequence[str]) -> list[float]:
     return [found.get(i, 0.0) for i in range(1, len(words) + 1)]
 
 
-def query_weights(query: str, word_spans: Sequence[tuple[int, int]]) -> np.ndarray:
-    """One weight per word piece of the query: the IDF of the word it belongs to."""
+def query_weights(query: str, word_spans: Sequence[tuple[int, int]], idf: Sequence[float] | None = None) -> np.ndarray:
+    """One weight per word piece of the query: the IDF of the word it belongs to (`idf`, where the caller
+    has already read `word_weights` of those words)."""
     pieces = embedding.word_pieces(query)
-    weights = word_weights([query[a:b] for a, b in word_spans])
+    weights = word_weights([query[a:b] for a, b in word_spans]) if idf is None else idf
     out = np.zeros(len(pieces), dtype=np.float32)
     for p, (start, _) in enumerate(pieces):
         for w, (a, b) in enumerate(word_spans):
