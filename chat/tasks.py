@@ -21,11 +21,11 @@ def answer_message(message_id: int, job_id: str | None = None) -> str | None:
 
 @worker_process_init.connect
 def _load_the_embedding_model(**_: Any) -> None:
-    """Each worker process loads the model as it starts (after the fork: torch's thread pools are not
-    fork-safe), so no question waits seconds for it on a process's first answer."""
+    """Each worker process loads the model and traces its query encoder as it starts (after the fork:
+    torch's thread pools are not fork-safe), so no question waits seconds for them on a process's first answer."""
     from kb.ingest import embedding
 
-    embedding.model()
+    embedding.query_encoder()
 
 
 @worker_ready.connect

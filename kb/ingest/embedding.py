@@ -101,19 +101,49 @@ def token_vectors(texts: list[str]) -> list[np.ndarray]:
     return [_unit_pieces(out) for out in outputs]
 
 
+@functools.cache
+def query_encoder() -> Any:
+    """The model's transformer traced and frozen (TorchScript) for one unpadded text at a time.
+
+    `encode` runs every layer through Python and sentence-transformers' batching; the frozen graph
+    fuses them: 11 against 19 ms per question at one thread here, outputs equal to ~1e-5.
+    """
+    import warnings
+
+    import torch
+
+    class Hidden(torch.nn.Module):  # the transformer as a function of the word-piece ids alone
+        def __init__(self) -> None:
+            super().__init__()
+            self.transformer = cast("torch.nn.Module", model()[0].auto_model).eval()
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            return cast("torch.Tensor", self.transformer(input_ids=input_ids).last_hidden_state)
+
+    example = model().preprocess(["an example question"])["input_ids"]
+    with torch.inference_mode(), warnings.catch_warnings():
+        # Tracing warns about branches fixed by the example; one text never pads, so none varies here.
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(Hidden(), example, check_trace=False)  # type: ignore[no-untyped-call]
+        return torch.jit.optimize_for_inference(torch.jit.freeze(traced.eval()))
+
+
 @functools.lru_cache(maxsize=2)
 def embed_query(text: str) -> tuple[np.ndarray, np.ndarray]:
-    """`embed([text])[0]` and `token_vectors([text])[0]` from one forward pass (identical values).
+    """`embed([text])[0]` and `token_vectors([text])[0]` from one forward pass (equal to ~1e-5).
 
     Kept for the process's last two questions: retrieval and the answer's sentence scoring both need
     them, moments apart. Read-only, since every caller shares them.
     """
     import torch
 
-    with _precision(1):
-        outputs = cast("list[dict[str, torch.Tensor]]", model().encode([text], output_value=None, show_progress_bar=False))[0]
-    vector = torch.nn.functional.normalize(outputs["sentence_embedding"].unsqueeze(0), p=2, dim=1)[0].float().numpy()
-    pieces = _unit_pieces(outputs["token_embeddings"])
+    features = model().preprocess([text])
+    with torch.inference_mode():
+        features["token_embeddings"] = query_encoder()(features["input_ids"])
+        for module in list(model())[1:]:  # pooling, normalisation: as `encode` applies them
+            features = module(features)
+    vector = torch.nn.functional.normalize(features["sentence_embedding"], p=2, dim=1)[0].float().numpy()
+    pieces = _unit_pieces(features["token_embeddings"][0])
     vector.flags.writeable = pieces.flags.writeable = False
     return vector, pieces
 

@@ -12,26 +12,42 @@ from kb.ingest import embedding
 
 def test_a_question_is_encoded_once_for_retrieval_and_its_answer(monkeypatch: Any) -> None:
     embedding.embed_query.cache_clear()
-    calls: list[list[str]] = []
-    model = embedding.model()
-    real = model.encode
+    calls: list[int] = []
+    encoder = embedding.query_encoder()
 
-    def spy(texts: list[str], **options: Any) -> Any:
-        calls.append(list(texts))
-        return real(texts, **options)
+    def spy(input_ids: Any) -> Any:
+        calls.append(int(input_ids.shape[1]))
+        return encoder(input_ids)
 
-    monkeypatch.setattr(model, "encode", spy)
+    monkeypatch.setattr(embedding, "query_encoder", lambda: spy)
     question = "How do I rotate the signing key of the billing webhook?"
     vector, pieces = embedding.embed_query(question)
     again, again_pieces = embedding.embed_query(question)
-    assert calls == [[question]]
+    assert calls == [len(pieces) + 2]  # one forward pass: the pieces plus [CLS] and [SEP]
     assert again is vector and again_pieces is pieces
     with pytest.raises(ValueError, match="read-only"):
         pieces[0, 0] = 1.0  # shared between callers: nobody may change it for the others
     for other in ("first other question", "second other question"):
         embedding.embed_query(other)
     embedding.embed_query(question)
-    assert calls[-1] == [question]  # only the last two questions are kept
+    assert len(calls) == 4  # only the last two questions are kept
+
+
+@pytest.mark.parametrize("text", [
+    "VPN",
+    "Why does the nightly export stop at 2 a.m. with error E-4410?",
+    "Zażółć gęślą jaźń: czy raport kwartalny jest gotowy?",
+    " ".join(["the retention period of audit logs in the admin console"] * 40),  # past the 256-piece limit
+])
+def test_the_traced_query_encoder_gives_what_the_model_gives(text: str) -> None:
+    """The frozen graph must be the same function as the model, at any length (traced on one example)."""
+    embedding.embed_query.cache_clear()
+    vector, pieces = embedding.embed_query(text)
+    [expected] = embedding.embed([text])
+    [expected_pieces] = embedding.token_vectors([text])
+    assert pieces.shape == expected_pieces.shape
+    assert np.abs(vector - expected).max() < 1e-4
+    assert np.abs(pieces - expected_pieces).max() < 1e-4
 
 
 def test_the_query_vector_matches_the_passage_encoding_of_the_same_text() -> None:
