@@ -115,12 +115,14 @@ def bulk_load(n: int, texts: list[str], base: np.ndarray, packed: list[bytes],
         for definition in indexes:
             cur.execute(definition)
         cur.execute("REFRESH MATERIALIZED VIEW search_lexeme_stats")
-        cur.execute("ANALYZE kb_chunk")
+        # VACUUM too: otherwise autovacuum finds 100,000 new rows (and their 5 GiB of TOAST) and scans
+        # them while the timings run, as it would not on a table that has been in service a while.
+        cur.execute("VACUUM (ANALYZE) kb_chunk")
         index_s = time.perf_counter() - started
         cur.execute("SELECT pg_total_relation_size('kb_chunk')")
         table_bytes = cur.fetchone()[0]
     raw.commit()
-    print(f"loaded {n} chunks in {load_s:.1f} s, built {len(indexes)} indexes + statistics in {index_s:.1f} s; "
+    print(f"loaded {n} chunks in {load_s:.1f} s, built {len(indexes)} indexes + statistics + vacuum in {index_s:.1f} s; "
           f"chunk table with indexes and TOAST {table_bytes / 2**30:.2f} GiB; "
           f"word-piece vectors {np.mean([len(p) for p in packed]) / 1024:.1f} KiB per chunk on average")
     return vectors, acls
@@ -215,9 +217,9 @@ def inner(args: argparse.Namespace) -> None:
     readable = np.vstack([np.array([e for _, e in real], dtype=np.float32), vectors[visible]])
     exact_top = [set(readable_ids[np.argsort(-(readable @ v))[:30]].tolist()) for v in query_vectors]
     for ef in args.ef:
-        for share in args.select_share:
+        for rows in args.select_rows:
             for n in args.candidates:
-                options = SearchOptions(ef_search=ef, lexical_select_share=share, candidates=n)
+                options = SearchOptions(ef_search=ef, lexical_select_rows=rows, candidates=n)
                 measure(options, principals, questions, query_vectors, exact_top, args.runs)
     measure_late(SearchOptions(), principals, questions, query_vectors, args.runs)
 
@@ -265,7 +267,7 @@ def measure(options: SearchOptions, principals: list[str], questions: list[str],
 
     with connection.cursor() as cur:  # for the raw subqueries below; _candidates sets its own
         cur.execute("SELECT set_config('hnsw.ef_search', %s, false)", [str(options.ef_search)])
-    print(f"-- ef_search {options.ef_search}, lexical select share {options.lexical_select_share}, "
+    print(f"-- ef_search {options.ef_search}, lexical select rows {options.lexical_select_rows}, "
           f"{options.candidates} candidates per list")
     for q, v in zip(questions[:5], query_vectors[:5], strict=True):  # warm caches
         _candidates(principals=principals, query=q, vector=v, options=options)
@@ -307,7 +309,8 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=3, help="repetitions of every timing (medians are printed)")
     parser.add_argument("--ef", type=lambda v: [int(x) for x in v.split(",")], default=None,
                         help="ef_search values to measure, comma-separated (default: the configured one)")
-    parser.add_argument("--select-share", type=lambda v: [float(x) for x in v.split(",")], default=None)
+    parser.add_argument("--select-rows", type=lambda v: [int(x) for x in v.split(",")], default=None,
+                        help="lexical select budgets (KB_SEARCH_LEXICAL_SELECT_ROWS) to measure, comma-separated")
     parser.add_argument("--candidates", type=lambda v: [int(x) for x in v.split(",")], default=None,
                         help="candidates per list to measure, comma-separated (default: the configured number)")
     arguments = parser.parse_args()
@@ -318,7 +321,7 @@ if __name__ == "__main__":
         from django.conf import settings
 
         arguments.ef = arguments.ef or [settings.KB_SEARCH_EF_SEARCH]
-        arguments.select_share = arguments.select_share or [settings.KB_SEARCH_LEXICAL_SELECT_SHARE]
+        arguments.select_rows = arguments.select_rows or [settings.KB_SEARCH_LEXICAL_SELECT_ROWS]
         arguments.candidates = arguments.candidates or [settings.KB_SEARCH_CANDIDATES]
     if os.environ.get("KB_BENCH_INNER"):
         inner(arguments)

@@ -15,13 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from django.conf import settings
-from django.db.models import Q
 
 from chat.prompts import Source
 from chat.support import stem, terms
 from kb.ingest import embedding
-from kb.ingest.pieces import unpack
-from kb.models import Chunk
+from kb.ingest.pieces import read_binary, unpack
 from search import late
 from search.retrieval import WORD
 
@@ -68,11 +66,14 @@ def stored_pieces(sources: Sequence[Source], texts: Sequence[str], numbers: Sequ
     piece in order (`_aligned`). None where it is in no chunk: `score` encodes those on their own."""
     if not texts or not sources:
         return [None] * len(texts)
-    overlapping = Q(pk__in=[])
-    for source in sources:
-        overlapping |= Q(document_id=source.document_id, start__lt=source.end, end__gt=source.start)
-    rows = list(Chunk.objects.filter(overlapping, late_vectors__isnull=False).values_list(
-        "document_id", "start", "end", "text", "late_vectors"))
+    rows = read_binary(
+        """SELECT document_id, start, "end", text, late_vectors FROM kb_chunk c
+           WHERE document_id = ANY(%s) AND late_vectors IS NOT NULL AND EXISTS (
+               SELECT 1 FROM unnest(%s::bigint[], %s::int[], %s::int[]) AS s(document_id, start, "end")
+               WHERE s.document_id = c.document_id AND c.start < s."end" AND c."end" > s.start)
+           ORDER BY document_id, ordinal""",
+        [sorted({s.document_id for s in sources}), [s.document_id for s in sources], [s.start for s in sources],
+         [s.end for s in sources]])
     tokenizer = embedding.model().tokenizer
     dimensions = settings.KB_EMBEDDING_DIMENSIONS
     chunk_ids = tokenizer([row[3] for row in rows], add_special_tokens=False)["input_ids"] if rows else []

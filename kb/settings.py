@@ -112,8 +112,8 @@ KB_SEARCH_WEIGHT_LEXICAL = env_float("KB_SEARCH_WEIGHT_LEXICAL", 1.0)
 KB_SEARCH_WEIGHT_IDENT = env_float("KB_SEARCH_WEIGHT_IDENT", 0.5)
 KB_SEARCH_LEXICAL_MAX_SHARE = env_float("KB_SEARCH_LEXICAL_MAX_SHARE", 0.2)  # words in more chunks select nothing
 KB_SEARCH_LEXICAL_MAX_TERMS = env_int("KB_SEARCH_LEXICAL_MAX_TERMS", 8, minimum=1)  # rarest words that rank
-KB_SEARCH_LEXICAL_SELECT_SHARE = env_float("KB_SEARCH_LEXICAL_SELECT_SHARE", 0.02)  # words that also select…
-KB_SEARCH_LEXICAL_SELECT_ROWS = env_int("KB_SEARCH_LEXICAL_SELECT_ROWS", 200, minimum=0)  # …or are in this few chunks
+# The rarest words select candidates until together they are in this many chunks (the rarest always does)
+KB_SEARCH_LEXICAL_SELECT_ROWS = env_int("KB_SEARCH_LEXICAL_SELECT_ROWS", 1000, minimum=0)
 KB_SEARCH_THRESHOLD = env_float("KB_SEARCH_THRESHOLD", 0.56)  # max cosine distance that may be answered from
 KB_SEARCH_CAP = env_int("KB_SEARCH_CAP", 5, minimum=1)  # passages that reach the generator
 # Once the nearest passage is within the threshold, passages up to threshold + margin may be

@@ -21,9 +21,8 @@ from django.conf import settings
 from django.db import connection
 
 from kb.ingest import embedding
-from kb.ingest.pieces import unpack
-from kb.models import Chunk
-from search.stats import idf_sql
+from kb.ingest.pieces import read_binary, unpack
+from search.stats import CHUNK_TOTAL_SQL, idf_sql
 
 
 def status() -> str:
@@ -42,7 +41,7 @@ def word_weights(words: Sequence[str]) -> list[float]:
             FROM unnest(%s::text[]) WITH ORDINALITY AS q(word, i)
             CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector('english', q.word))) AS l(lexeme)
             LEFT JOIN search_lexeme_stats s ON s.word = l.lexeme
-            CROSS JOIN (SELECT greatest(coalesce(max(total), 1), 1) AS total FROM search_lexeme_stats) n
+            CROSS JOIN (SELECT greatest(coalesce({CHUNK_TOTAL_SQL}, 1), 1) AS total) n
             GROUP BY i
             """,
             [list(words)],
@@ -71,8 +70,8 @@ def chunk_vectors(chunks: Sequence[tuple[int, str]]) -> list[np.ndarray]:
     Only a chunk indexed before the stage existed (its document shows stale) has none; its text is
     encoded here until it is re-indexed.
     """
-    rows = Chunk.objects.filter(pk__in=[cid for cid, _ in chunks]).values_list("pk", "late_vectors")
-    stored = {cid: data for cid, data in rows if data is not None}
+    stored = dict(read_binary("SELECT id, late_vectors FROM kb_chunk WHERE id = ANY(%s) AND late_vectors IS NOT NULL",
+                              [[cid for cid, _ in chunks]]))
     missing = [text for cid, text in chunks if cid not in stored]
     computed = iter(embedding.token_vectors(missing) if missing else [])
     dimensions = settings.KB_EMBEDDING_DIMENSIONS

@@ -31,9 +31,10 @@ from kb.ingest import embedding
 from kb.ingest.classify import CONCEPT, SCREEN, classify_query
 from kb.models import Chunk, passage_link
 from search import answerability, late, rerank
-from search.stats import idf_sql
+from search.stats import CHUNK_TOTAL_SQL, idf_sql
 
 WORD = re.compile(r"[A-Za-z0-9][\w'’.-]*[A-Za-z0-9]|[A-Za-z0-9]")
+IDENT_SCAN = 500
 IDENTIFIER = re.compile(r"-{1,2}[A-Za-z][\w-]+|[A-Za-z0-9_][\w.:/-]*[\w]")
 LIKE_SPECIALS = str.maketrans({"%": r"\%", "_": r"\_", "\\": r"\\"})
 
@@ -58,7 +59,6 @@ class SearchOptions:
     lexical: bool = True
     lexical_max_share: float = field(default_factory=lambda: settings.KB_SEARCH_LEXICAL_MAX_SHARE)
     lexical_max_terms: int = field(default_factory=lambda: settings.KB_SEARCH_LEXICAL_MAX_TERMS)
-    lexical_select_share: float = field(default_factory=lambda: settings.KB_SEARCH_LEXICAL_SELECT_SHARE)
     lexical_select_rows: int = field(default_factory=lambda: settings.KB_SEARCH_LEXICAL_SELECT_ROWS)
     identifiers: bool = True
     dense: bool = True
@@ -172,10 +172,10 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
             ORDER BY c.embedding <=> %(vector)s::vector LIMIT %(n)s
         ) d""" if dense else empty
     # IDF-weighted: each query lexeme's ts_rank in the chunk times its inverse document
-    # frequency (search_lexeme_stats), so rare words outweigh words every chunk has. Only
-    # rare lexemes (in at most 2% of chunks or 200 chunks, and the rarest one in any case)
-    # select candidates, which bounds the rows ranked at any corpus size; the other picked
-    # words only add to their rank. A common word selecting candidates would make the
+    # frequency (search_lexeme_stats), so rare words outweigh words every chunk has. Only the
+    # rarest lexemes select candidates, until together they are in `select_rows` chunks (the
+    # rarest one in any case), which bounds the rows ranked at any corpus size; the other
+    # picked words only add to their rank. A common word selecting candidates would make the
     # subquery rank a large part of the table for almost no signal.
     lexical_sql = f"""
         SELECT id, row_number() OVER (ORDER BY rank DESC, id) AS r FROM (
@@ -187,10 +187,12 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
     if idents:
         matches = " + ".join(f"(c.text ILIKE %(ident{i})s)::int" for i in range(idents))
         where = " OR ".join(f"c.text ILIKE %(ident{i})s" for i in range(idents))
+        # At most IDENT_SCAN matching chunks are read: a short identifier's trigrams match thousands
+        # of chunks on a large corpus, each checked against its text (~40 us apiece).
         ident_sql = f"""
         SELECT id, row_number() OVER (ORDER BY matched DESC, distance, id) AS r FROM (
             SELECT c.id, {matches} AS matched, c.embedding <=> %(vector)s::vector AS distance
-            FROM kb_chunk c WHERE {acl} AND ({where})
+            FROM (SELECT c.id, c.text, c.embedding FROM kb_chunk c WHERE {acl} AND ({where}) LIMIT {IDENT_SCAN}) c
             ORDER BY matched DESC, distance LIMIT %(n)s
         ) t"""
     else:
@@ -199,18 +201,19 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
     picked_sql = f"""
         SELECT w.word, to_tsquery('simple', quote_literal(w.word)) AS q,
                {idf_sql(ndoc="coalesce(s.ndoc, 0)", total="coalesce(n.total, 1)")} AS idf,
-               coalesce(s.ndoc, 0)::float / greatest(coalesce(n.total, 1), 1) AS share, coalesce(s.ndoc, 0) AS ndoc
+               coalesce(s.ndoc, 0) AS ndoc
         FROM unnest(tsvector_to_array(to_tsvector('english', %(lexical)s))) AS w(word)
         LEFT JOIN search_lexeme_stats s ON s.word = w.word
-        CROSS JOIN (SELECT max(total) AS total FROM search_lexeme_stats) n
+        CROSS JOIN (SELECT {CHUNK_TOTAL_SQL} AS total) n
         WHERE coalesce(s.ndoc, 0) <= %(max_share)s * greatest(coalesce(n.total, 1), 1)
         ORDER BY idf DESC LIMIT %(max_terms)s"""
     return f"""
     WITH picked AS ({picked_sql}),
     anyterm AS (
         SELECT to_tsquery('simple', string_agg(quote_literal(word), ' | ')) AS q FROM (
-            SELECT word, share, ndoc, row_number() OVER (ORDER BY idf DESC) AS rarity FROM picked
-        ) p WHERE rarity = 1 OR share <= %(select_share)s OR ndoc <= %(select_rows)s
+            SELECT word, row_number() OVER rarest AS rarity, sum(ndoc) OVER rarest AS reach FROM picked
+            WINDOW rarest AS (ORDER BY idf DESC, word ROWS UNBOUNDED PRECEDING)
+        ) p WHERE rarity = 1 OR reach <= %(select_rows)s
     ),
     dense AS ({dense_sql}),
     lexical AS ({lexical_sql}),
@@ -249,7 +252,6 @@ def _candidate_query(*, principals: list[str], query: str, vector: np.ndarray,
         "lexical": lexical,
         "max_share": options.lexical_max_share,
         "max_terms": options.lexical_max_terms,
-        "select_share": options.lexical_select_share,
         "select_rows": options.lexical_select_rows,
         "rrf_k": options.rrf_k,
         "w_dense": options.weight_dense,

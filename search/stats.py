@@ -9,6 +9,9 @@ from __future__ import annotations
 from django.db import connection, transaction
 
 REFRESH_DEBOUNCE_SECONDS = 10
+# The chunk total, as an SQL expression: every row of the view carries it, so one row is read, not
+# an aggregate over the whole vocabulary (hundreds of thousands of lexemes on a large corpus).
+CHUNK_TOTAL_SQL = "(SELECT total FROM search_lexeme_stats LIMIT 1)"
 
 
 def idf_sql(*, ndoc: str, total: str) -> str:

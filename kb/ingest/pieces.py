@@ -8,6 +8,9 @@ Layout: the scale (little-endian float32), then pieces x dimensions int8 values.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 # Part of the index version: bump it when what is stored here changes, so documents
@@ -30,3 +33,18 @@ def unpack(data: bytes | memoryview, dimensions: int) -> np.ndarray:
     raw = bytes(data)
     scale = float(np.frombuffer(raw, dtype=_SCALE, count=1)[0])
     return np.frombuffer(raw, dtype=np.int8, offset=_SCALE.itemsize).reshape(-1, dimensions).astype(np.float32) * scale
+
+
+def read_binary(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """The rows of `sql` in PostgreSQL's binary format, on the current connection and transaction.
+
+    Django's cursors read text, in which bytea travels hex-encoded at twice its size and is decoded
+    again: for the ~1 MB of vectors of a late stage's 20 chunks, 5.6 against 1.8 ms here.
+    """
+    import psycopg
+    from django.db import connection
+
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, binary=True)
+        return cursor.fetchall()
