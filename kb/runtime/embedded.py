@@ -155,6 +155,20 @@ def _pg_prepare(pgdata: Path, user: str | None) -> None:
         )
 
 
+def shared_buffers() -> str:
+    """PostgreSQL's page cache for the embedded server: a quarter of the machine's memory, 128 MB to 2 GB.
+
+    PostgreSQL's own default (128 MB) holds a development corpus but not the chunk table, HNSW graph
+    and text indexes of 100,000 chunks (~430 MB): every query then copies pages in from the OS.
+    `KB_PG_SHARED_BUFFERS` (PostgreSQL's units, e.g. `512MB`) overrides it.
+    """
+    configured = os.environ.get("KB_PG_SHARED_BUFFERS")
+    if configured:
+        return configured
+    megabytes = psutil.virtual_memory().total // 4 // 2**20
+    return f"{min(max(megabytes, 128), 2048)}MB"
+
+
 def _pg_url(port: int, database: str = DB_NAME) -> str:
     return f"postgresql://{PG_USER}@127.0.0.1:{port}/{database}"
 
@@ -194,7 +208,7 @@ def start_postgres(root: Path | None = None) -> Service:
                     "-t",
                     str(int(START_TIMEOUT)),
                     "-o",
-                    f"-h 127.0.0.1 -p {port} -k ''",
+                    f"-h 127.0.0.1 -p {port} -k '' -c shared_buffers={shared_buffers()}",
                     "-l",
                     str(log),
                     "start",

@@ -45,7 +45,8 @@ def test_a_running_server_is_reused_not_started_twice(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.django_db
-def test_database_url_points_the_app_at_a_second_postgres_server(tmp_path: Path) -> None:
+def test_database_url_points_the_app_at_a_second_postgres_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KB_PG_SHARED_BUFFERS", "160MB")
     second = embedded.start_postgres(tmp_path)
     try:
         assert second.started_here
@@ -57,7 +58,9 @@ def test_database_url_points_the_app_at_a_second_postgres_server(tmp_path: Path)
         with psycopg.connect(second.url) as conn:
             names = [row[0] for row in conn.execute("SELECT name FROM kb_folder")]
             extensions = {row[0] for row in conn.execute("SELECT extname FROM pg_extension")}
+            cache = conn.execute("SHOW shared_buffers").fetchone()
         assert names == ["only-on-second"]
+        assert cache == ("160MB",)  # the server was started with the configured page cache
         assert {"vector", "pg_trgm"} <= extensions
         from kb.models import Folder
 
@@ -65,3 +68,16 @@ def test_database_url_points_the_app_at_a_second_postgres_server(tmp_path: Path)
     finally:
         embedded.stop_postgres(tmp_path)
     assert embedded._pg_running(tmp_path / "pg") is None
+
+
+def test_the_embedded_page_cache_is_a_quarter_of_memory_within_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    import psutil
+
+    monkeypatch.delenv("KB_PG_SHARED_BUFFERS", raising=False)
+    for total, expected in ((256 * 2**20, "128MB"), (2 * 2**30, "512MB"), (24 * 2**30, "2048MB")):
+        monkeypatch.setattr(psutil, "virtual_memory", lambda total=total: SimpleNamespace(total=total))
+        assert embedded.shared_buffers() == expected
+    monkeypatch.setenv("KB_PG_SHARED_BUFFERS", "3GB")
+    assert embedded.shared_buffers() == "3GB"
