@@ -179,15 +179,29 @@ def answers_expire(*, now: datetime | None = None) -> int:
         Q(status=Message.Status.RUNNING, started_at__lt=cutoff) | Q(status=Message.Status.PENDING, created_at__lt=cutoff),
         role=Message.Role.ASSISTANT,
     )
-    expired = 0
-    for pk, conversation_id, status in stale.values_list("pk", "conversation_id", "status"):
-        # Conditional on the status read: a worker that finishes it meanwhile wins.
-        if Message.objects.filter(pk=pk, status=status).update(
-            status=Message.Status.FAILED, error="lease expired: " + LOST, finished_at=now
-        ):
-            publish(conversation_id, {"type": "error", "error": LOST, "message": pk})
-            expired += 1
-    return expired
+    return sum(_fail_lost(pk, conversation_id, status, reason="lease expired", now=now)
+               for pk, conversation_id, status in stale.values_list("pk", "conversation_id", "status"))
+
+
+def answer_job_lost(*, message_id: int, job_id: str | None) -> bool:
+    """The job producing `message_id` ended without finishing it (its worker process was killed, or
+    ran past the hard time limit): fail the answer now rather than when its lease runs out. False when
+    the answer is finished, or is another job's (a newer attempt owns it)."""
+    claim = Message.objects.filter(pk=message_id, role=Message.Role.ASSISTANT,
+                                   status__in=[Message.Status.PENDING, Message.Status.RUNNING])
+    if job_id is not None:
+        claim = claim.filter(job_id=job_id)
+    found = claim.values_list("conversation_id", "status").first()
+    return found is not None and _fail_lost(message_id, found[0], found[1], reason="worker lost", now=timezone.now())
+
+
+def _fail_lost(pk: int, conversation_id: int, status: str, *, reason: str, now: datetime) -> bool:
+    # Conditional on the status read: a worker that finishes it meanwhile wins.
+    if not Message.objects.filter(pk=pk, status=status).update(status=Message.Status.FAILED,
+                                                               error=f"{reason}: {LOST}", finished_at=now):
+        return False
+    publish(conversation_id, {"type": "error", "error": LOST, "message": pk})
+    return True
 
 
 def _store(writer: _Writer, event: Event, record: AnswerRecord) -> str | None:

@@ -229,6 +229,10 @@ CELERY_BROKER_CONNECTION_TIMEOUT = 5
 CELERY_TASK_ACKS_LATE = True  # a killed worker's task goes back to the queue
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A pool process reports "up" once worker_process_init is done: loading the embedding model takes
+# seconds. Celery's 4 s default killed every replacement for a lost pool process before it was up,
+# so one OOM kill left the answer worker unable to answer again.
+CELERY_WORKER_PROC_ALIVE_TIMEOUT = 120
 CELERY_TASK_TRACK_STARTED = True
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_RESULT_EXPIRES = 24 * 3600

@@ -116,11 +116,13 @@ def manage(*args: str, env: dict[str, str] | None = None, timeout: float = 120) 
     )
 
 
-def start_worker(name: str = "celery-worker", queues: str = f"{INGEST},{ANSWERS}", **env: str) -> subprocess.Popen[str]:
+def start_worker(name: str = "celery-worker", queues: str = f"{INGEST},{ANSWERS}", pool: str = "solo",
+                 **env: str) -> subprocess.Popen[str]:
     """A real worker process on the real Redis broker, reading the test database; returns once it answers a ping.
 
-    It serves both queues unless told otherwise (`make run` gives each its own worker);
-    `env` overrides its environment (KB_SWEEP_SECONDS=…).
+    It serves both queues unless told otherwise (`make run` gives each its own worker), in one process
+    unless `pool="prefork"` (then one pool process, as `make run`'s workers have); `env` overrides its
+    environment (KB_SWEEP_SECONDS=…).
     """
     from kb.celery import app
 
@@ -129,8 +131,8 @@ def start_worker(name: str = "celery-worker", queues: str = f"{INGEST},{ANSWERS}
     log.parent.mkdir(exist_ok=True)
     with open(log, "w") as out:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "kb", "worker", "--pool", "solo", "--hostname", hostname, "--queues", queues,
-             "--loglevel", "INFO", "--without-gossip", "--without-mingle"],
+            [sys.executable, "-m", "celery", "-A", "kb", "worker", "--pool", pool, "--concurrency", "1", "--hostname",
+             hostname, "--queues", queues, "--loglevel", "INFO", "--without-gossip", "--without-mingle"],
             cwd=ROOT, env=service_env(**env), stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )
     deadline = time.monotonic() + 90

@@ -132,6 +132,46 @@ def test_sigkill_the_worker_mid_answer_and_the_reader_hears_it_failed(
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
+def test_sigkill_a_pool_process_mid_answer_and_the_reader_hears_it_at_once(
+    corpus: dict[str, Document], people: dict[str, Any]
+) -> None:
+    """The OOM killer's usual victim is the pool process, not the worker: its main process lives on and
+    reports the lost job, so the answer fails in seconds instead of after its lease (420 s by default).
+    No sweeper runs here, so nothing else could fail it."""
+    import psutil
+
+    with StubOpenAI(["Press", " Export", " now", " [1]", "."], pause_after=2) as stub:
+        env = {"KB_ANSWER_BACKEND": "openai", "KB_OPENAI_BASE_URL": stub.url, "KB_SWEEP_SECONDS": "0"}
+        worker = start_worker("worker-pool-process-killed", pool="prefork", **env)
+        try:
+            with transaction.atomic():
+                answer = question_ask(user=people["alice"], question=EXPORT_QUESTION).answer
+            assert stub.paused.wait(90), "the worker never reached the model server"
+            with listening_to(answer.conversation_id) as receive:
+                [pool_process] = psutil.Process(worker.pid).children()
+                pool_process.send_signal(signal.SIGKILL)
+                event = receive()
+                while event["type"] != "error":
+                    event = receive()
+            answer.refresh_from_db()
+            assert answer.status == Message.Status.FAILED and event["message"] == answer.pk
+            assert answer.error.startswith("worker lost") and event["error"] == answer.error.removeprefix("worker lost: ")
+            assert (answer.finished_at - answer.started_at).total_seconds() < 30
+            # The worker lives on, and its new pool process answers the next question.
+            stub.resume()
+            with transaction.atomic():
+                again = question_ask(user=people["alice"], question=EXPORT_QUESTION).answer
+            with listening_to(again.conversation_id) as receive:
+                event = receive()
+                while event["type"] not in ("done", "error", "refused"):
+                    event = receive()
+            assert event["type"] == "done" and worker.poll() is None
+        finally:
+            stop_process(worker)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
 def test_a_redis_restart_loses_no_queued_work(people: dict[str, Any]) -> None:
     with transaction.atomic():
         documents = [upload(f"restart-{n}.md", SHIPMENTS.replace("Shipments", f"Shipments {n}"), public=True)
