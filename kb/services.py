@@ -157,21 +157,50 @@ def documents_requeue_stuck(*, now: datetime | None = None) -> tuple[int, int]:
 
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.KB_INGEST_LEASE_SECONDS)
-    tries = settings.KB_INGEST_MAX_ATTEMPTS
     stuck = Document.objects.filter(
         Q(status__in=RUNNING) | Q(status=Document.Status.QUEUED), updated_at__lt=cutoff
     )
-    failed = stuck.filter(status__in=RUNNING, attempts__gte=tries).update(
-        status=Document.Status.FAILED,
-        failed_stage=F("status"),
-        failure_reason=f"the worker stopped while processing it {tries} times (too big or too slow to process?)",
-        updated_at=now,
-    )
+    failed = _fail_repeat_offenders(stuck, now=now)
     ids = list(stuck.values_list("pk", flat=True))
     # updated_at moves on, so a document still waiting in a long queue is sent again once per lease at most.
     Document.objects.filter(pk__in=ids).update(status=Document.Status.QUEUED, updated_at=now)
     _enqueue(ids)
     return len(ids), failed
+
+
+def document_job_lost(*, document_id: int) -> str | None:
+    """The job indexing `document_id` ended without finishing it: its pool process was killed (the
+    OOM killer) or ran past the hard time limit. Queue it again at once, or fail it once it has taken
+    KB_INGEST_MAX_ATTEMPTS tries, rather than leave it in its stage until the lease runs out.
+    Returns the new status; None when the document was no longer in a running stage."""
+    from kb.events import publish_document_status
+    from kb.ingest.pipeline import RUNNING
+
+    now = timezone.now()
+    running = Document.objects.filter(pk=document_id, status__in=RUNNING)
+    if _fail_repeat_offenders(running, now=now):
+        status: str | None = Document.Status.FAILED
+    elif running.update(status=Document.Status.QUEUED, updated_at=now):
+        status = Document.Status.QUEUED
+        _enqueue([document_id])
+    else:
+        return None
+    publish_document_status(document_id)
+    return status
+
+
+def _fail_repeat_offenders(documents: QuerySet[Document], *, now: datetime) -> int:
+    """Fail those of `documents` in a running stage that already took KB_INGEST_MAX_ATTEMPTS tries,
+    so a file that kills workers cannot loop."""
+    from kb.ingest.pipeline import RUNNING
+
+    tries = settings.KB_INGEST_MAX_ATTEMPTS
+    return documents.filter(status__in=RUNNING, attempts__gte=tries).update(
+        status=Document.Status.FAILED,
+        failed_stage=F("status"),
+        failure_reason=f"the worker stopped while processing it {tries} times (too big or too slow to process?)",
+        updated_at=now,
+    )
 
 
 @transaction.atomic

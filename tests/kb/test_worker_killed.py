@@ -64,3 +64,47 @@ def test_sigkill_during_embedding_then_retry_gives_exactly_one_set_of_chunks() -
     ordinals = list(Chunk.objects.filter(document=document).values_list("ordinal", flat=True))
     assert len(ordinals) == document.chunk_count > 100
     assert sorted(ordinals) == list(range(len(ordinals)))
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_pool_process_killed_mid_embedding_is_retried_at_once_by_its_worker() -> None:
+    """The OOM killer's usual victim is the pool process: the worker's main process reports the lost job
+    and the document goes back to the queue at once. No sweeper runs here, and the lease is 600 s."""
+    import psutil
+
+    worker = start_worker("worker-pool-process-killed-mid-embedding", queues="ingest", pool="prefork",
+                          KB_SWEEP_SECONDS="0")
+    try:
+        data = BIG.encode()
+        with transaction.atomic():
+            document = document_upload(name="procedures.md", stream=io.BytesIO(data), size=len(data)).document
+        status = lambda: Document.objects.get(pk=document.pk).status  # noqa: E731
+        wait_for(lambda: status() == Document.Status.EMBEDDING, 120, "the embedding stage")
+        [pool_process] = psutil.Process(worker.pid).children()
+        pool_process.send_signal(signal.SIGKILL)
+        wait_for(lambda: status() in (Document.Status.READY, Document.Status.FAILED), 240, "the retry")
+        assert worker.poll() is None
+    finally:
+        stop_process(worker)
+    document.refresh_from_db()
+    assert (document.status, document.attempts) == (Document.Status.READY, 2)
+    ordinals = sorted(Chunk.objects.filter(document=document).values_list("ordinal", flat=True))
+    assert ordinals == list(range(document.chunk_count)) and document.chunk_count > 100
+
+
+@pytest.mark.django_db
+def test_a_document_whose_jobs_keep_getting_lost_fails_with_the_reason(settings: Any) -> None:
+    from kb.services import document_job_lost
+
+    settings.KB_INGEST_MAX_ATTEMPTS = 2
+    data = b"# Notes\n\nA short page."
+    document = document_upload(name="notes.md", stream=io.BytesIO(data), size=len(data), enqueue=False).document
+    Document.objects.filter(pk=document.pk).update(status=Document.Status.EMBEDDING, attempts=1)
+    assert document_job_lost(document_id=document.pk) == Document.Status.QUEUED  # one try left: again, at once
+    Document.objects.filter(pk=document.pk).update(status=Document.Status.EXTRACTING, attempts=2)
+    assert document_job_lost(document_id=document.pk) == Document.Status.FAILED
+    document.refresh_from_db()
+    assert (document.failed_stage, document.failure_reason) == (
+        Document.Status.EXTRACTING, "the worker stopped while processing it 2 times (too big or too slow to process?)")
+    assert document_job_lost(document_id=document.pk) is None  # no longer running: nothing to do
