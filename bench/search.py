@@ -195,7 +195,7 @@ def inner(args: argparse.Namespace) -> None:
           lambda: retrieval_times(user, questions))
 
     texts = seed_texts(corpus)
-    base, pieces = embedding.embed_with_pieces(texts)
+    base, pieces, _ = embedding.embed_with_pieces(texts)
     vectors, acls = bulk_load(args.chunks - Chunk.objects.count(), texts, base, [pack(p) for p in pieces], rng)
     principals = user_principals(user)
     query_vectors = embedding.embed(questions)

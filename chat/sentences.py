@@ -19,7 +19,7 @@ from django.conf import settings
 from chat.prompts import Source
 from chat.support import stem, terms
 from kb.ingest import embedding
-from kb.ingest.pieces import read_binary, unpack
+from kb.ingest.pieces import read_binary, unpack, unpack_ids
 from search import late
 from search.retrieval import WORD
 
@@ -67,7 +67,7 @@ def stored_pieces(sources: Sequence[Source], texts: Sequence[str], numbers: Sequ
     if not texts or not sources:
         return [None] * len(texts)
     rows = read_binary(
-        """SELECT document_id, start, "end", text, late_vectors FROM kb_chunk c
+        """SELECT document_id, start, "end", text, late_vectors, piece_ids FROM kb_chunk c
            WHERE document_id = ANY(%s) AND late_vectors IS NOT NULL AND EXISTS (
                SELECT 1 FROM unnest(%s::bigint[], %s::int[], %s::int[]) AS s(document_id, start, "end")
                WHERE s.document_id = c.document_id AND c.start < s."end" AND c."end" > s.start)
@@ -76,11 +76,12 @@ def stored_pieces(sources: Sequence[Source], texts: Sequence[str], numbers: Sequ
          [s.end for s in sources]])
     tokenizer = embedding.model().tokenizer
     dimensions = settings.KB_EMBEDDING_DIMENSIONS
-    chunk_ids = tokenizer([row[3] for row in rows], add_special_tokens=False)["input_ids"] if rows else []
+    # The ids stored at ingest; a chunk indexed before they were stored has its text tokenized here.
+    untokenized = [row[3] for row in rows if row[5] is None]
+    tokenized = iter(tokenizer(untokenized, add_special_tokens=False)["input_ids"] if untokenized else [])
     runs: dict[int, list[_Pieces]] = {}  # source number -> its chunks' pieces
-    for (document_id, start, end, _, data), ids in zip(rows, chunk_ids, strict=True):
-        if data is None:
-            continue
+    for document_id, start, end, _, data, stored_ids in rows:
+        ids = next(tokenized) if stored_ids is None else unpack_ids(stored_ids)
         vectors = unpack(data, dimensions)
         if len(ids) != len(vectors):
             continue  # indexed with another tokenizer or truncated: encode instead

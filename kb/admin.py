@@ -214,11 +214,11 @@ class ChunkAdmin(VisibleRowsMixin, admin.ModelAdmin):
     list_filter = ("kind", "audience")
     list_select_related = ("document",)
     search_fields = ("breadcrumb", "content")
-    exclude = ("embedding", "late_vectors")
+    exclude = ("embedding", "late_vectors", "piece_ids")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Chunk]:
-        return super().get_queryset(request).defer("embedding", "late_vectors")  # ~55 KB a row, never shown
-    readonly_fields = [f.name for f in Chunk._meta.fields if f.name not in {"embedding", "search", "late_vectors"}]
+        return super().get_queryset(request).defer("embedding", "late_vectors", "piece_ids")  # ~55 KB a row, never shown
+    readonly_fields = [f.name for f in Chunk._meta.fields if f.name not in {"embedding", "search", "late_vectors", "piece_ids"}]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -149,6 +149,8 @@ class Chunk(models.Model):
     # The text's word-piece vectors for late interaction (kb.ingest.pieces), written with the
     # embedding; read only for the top hits of a query, by primary key.
     late_vectors = models.BinaryField(null=True, editable=False)
+    # The word-piece ids of late_vectors' rows (kb.ingest.pieces.pack_ids); empty for chunks indexed before them.
+    piece_ids = models.BinaryField(null=True, editable=False)
     search = models.GeneratedField(
         expression=SearchVector("text", config="english"),
         output_field=SearchVectorField(),

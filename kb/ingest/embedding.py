@@ -67,9 +67,11 @@ def embed(texts: list[str]) -> np.ndarray:
     return vectors.astype(np.float32, copy=False)
 
 
-def embed_with_pieces(texts: list[str]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """`embed(texts)` and `token_vectors(texts)` from one forward pass: the word-piece vectors that late
-    interaction scores come free with the chunk vectors at ingest, instead of a second encoding at query time."""
+def embed_with_pieces(texts: list[str]) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    """`embed(texts)` and `token_vectors(texts)` from one forward pass, with each text's word-piece ids
+    (as far as the model read it): the word-piece vectors that late interaction scores come free with the
+    chunk vectors at ingest, instead of a second encoding at query time, and their ids locate an answer's
+    sentences among them without tokenizing the chunks again."""
     import torch
 
     with _precision(len(texts)):
@@ -78,11 +80,13 @@ def embed_with_pieces(texts: list[str]) -> tuple[np.ndarray, list[np.ndarray]]:
             model().encode(texts, batch_size=BATCH_SIZE, output_value=None, show_progress_bar=False),
         )
     if not outputs:
-        return np.zeros((0, dimensions()), dtype=np.float32), []
+        return np.zeros((0, dimensions()), dtype=np.float32), [], []
     vectors = torch.nn.functional.normalize(torch.stack([out["sentence_embedding"] for out in outputs]).float(), dim=1)
     # Each row of a batch is padded to the longest; the attention mask says where the text ends.
-    pieces = [_unit_pieces(out["token_embeddings"][: int(out["attention_mask"].sum())]) for out in outputs]
-    return vectors.numpy(), pieces
+    lengths = [int(out["attention_mask"].sum()) for out in outputs]
+    pieces = [_unit_pieces(out["token_embeddings"][:n]) for out, n in zip(outputs, lengths, strict=True)]
+    ids = [out["input_ids"][1 : n - 1].numpy().astype(np.int32) for out, n in zip(outputs, lengths, strict=True)]
+    return vectors.numpy(), pieces, ids
 
 
 def _unit_pieces(token_embeddings: Any) -> np.ndarray:

@@ -12,7 +12,7 @@ from django.utils import timezone
 from kb.ingest import headings as located_headings
 from kb.ingest.chunking import Draft
 from kb.ingest.extract import Extracted, Heading
-from kb.ingest.pieces import pack
+from kb.ingest.pieces import pack, pack_ids
 from kb.ingest.version import current_index_version
 from kb.models import Chunk, Document
 
@@ -33,6 +33,7 @@ def replace_chunks(
     vectors: np.ndarray,
     version: int,
     pieces: Sequence[np.ndarray],
+    piece_ids: Sequence[np.ndarray],
 ) -> None:
     """Readers see either all the old chunks or all the new ones, never a mix or neither.
 
@@ -65,11 +66,12 @@ def replace_chunks(
                 split_group=draft.group or "",
                 tokens=draft.tokens,
                 embedding=vector,
-                late_vectors=packed,
+                late_vectors=pack(piece_vectors),
+                piece_ids=pack_ids(ids),
                 acl=acl,
             )
-            for draft, audience, vector, packed in zip(
-                drafts, audiences, vectors, (pack(p) for p in pieces), strict=True
+            for draft, audience, vector, piece_vectors, ids in zip(
+                drafts, audiences, vectors, pieces, piece_ids, strict=True
             )
         ],
         batch_size=500,

@@ -35,6 +35,16 @@ def unpack(data: bytes | memoryview, dimensions: int) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.int8, offset=_SCALE.itemsize).reshape(-1, dimensions).astype(np.float32) * scale
 
 
+def pack_ids(ids: np.ndarray) -> bytes:
+    """A chunk's word-piece ids (the rows of its packed vectors), as little-endian int32."""
+    return np.asarray(ids, dtype="<i4").tobytes()
+
+
+def unpack_ids(data: bytes | memoryview) -> list[int]:
+    ids: list[int] = np.frombuffer(bytes(data), dtype="<i4").tolist()
+    return ids
+
+
 def read_binary(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     """The rows of `sql` in PostgreSQL's binary format, on the current connection and transaction.
 

@@ -111,12 +111,12 @@ def ingest(document_id: int) -> str:
         stage = Document.Status.EMBEDDING
         _current(document_id, version).update(progress_done=0, progress_total=len(drafts))
         _enter(document_id, version, stage)
-        vectors, pieces = _embed_with_progress(document_id, version, [draft.text for draft in drafts])
+        vectors, pieces, piece_ids = _embed_with_progress(document_id, version, [draft.text for draft in drafts])
         clock.lap("embed")
 
         indexing.replace_chunks(
             document=document, title=title, extracted=extracted, headings=shown_headings, drafts=drafts,
-            audiences=audiences, vectors=vectors, version=version, pieces=pieces,
+            audiences=audiences, vectors=vectors, version=version, pieces=pieces, piece_ids=piece_ids,
         )
         clock.lap("write")
         _current(document_id, version).update(stage_seconds=clock.seconds)
@@ -159,20 +159,22 @@ class _Stopwatch:
         self._last = now
 
 
-def _embed_with_progress(document_id: int, version: int, texts: list[str]) -> tuple[np.ndarray, list[np.ndarray]]:
+def _embed_with_progress(document_id: int, version: int,
+                         texts: list[str]) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
     """Embed in slices, reporting `progress_done` after each so the library can show n/m.
 
-    Returns each text's vector and its word-piece vectors (for late interaction) from the same pass."""
-    parts, pieces = [], []
+    Returns each text's vector, its word-piece vectors (for late interaction) and their ids, from the same pass."""
+    parts, pieces, ids = [], [], []
     for start in range(0, len(texts), PROGRESS_EVERY):
-        vectors, slice_pieces = embedding.embed_with_pieces(texts[start : start + PROGRESS_EVERY])
+        vectors, slice_pieces, slice_ids = embedding.embed_with_pieces(texts[start : start + PROGRESS_EVERY])
         parts.append(vectors)
         pieces.extend(slice_pieces)
+        ids.extend(slice_ids)
         _current(document_id, version).update(
             progress_done=min(start + PROGRESS_EVERY, len(texts)), updated_at=timezone.now()
         )
         publish_document_status(document_id)
-    return np.concatenate(parts), pieces
+    return np.concatenate(parts), pieces, ids
 
 
 def _fail(document_id: int, version: int, stage: str, reason: str) -> None:

@@ -174,3 +174,36 @@ def test_sentences_are_scored_with_their_chunks_stored_vectors_not_encoded_again
     text = "".join(ExtractiveBackend().generate(prompt))
     assert text.startswith("The Export button opens the Export dialog, which has two tabs, CSV and PDF [1]."), text
     assert encoded == []  # every sentence, row and cleaned one included, came from the stored vectors
+
+
+def test_sentences_are_found_by_the_piece_ids_stored_at_ingest_and_older_chunks_are_tokenized(
+        monkeypatch: Any) -> None:
+    """The chunk's word-piece ids come from the ingest pass, so an answer tokenizes only its sentences;
+    a chunk indexed before the ids were stored has its text tokenized, with the same result."""
+    from chat import sentences as scoring
+    from kb.ingest import embedding
+    from kb.ingest.pieces import unpack_ids
+    from kb.models import Chunk
+    from tests.factories import ingested_document
+
+    document = ingested_document(GUIDE, name="export-guide.md")
+    [chunk] = Chunk.objects.filter(document=document)
+    tokenizer = embedding.model().tokenizer
+    assert unpack_ids(chunk.piece_ids) == tokenizer(chunk.text, add_special_tokens=False)["input_ids"]
+    src = Source(number=1, chunk_id=chunk.pk, document_id=document.pk, document_title=document.title,
+                 label=chunk.breadcrumb, text=chunk.content, start=chunk.start, end=chunk.end, page=None, distance=0.2)
+    texts = [u.text for u in units(1, src.text)]
+    tokenized: list[str] = []
+    real = type(tokenizer).__call__
+
+    def spy(self: Any, text: Any, *args: Any, **kwargs: Any) -> Any:
+        tokenized.extend([text] if isinstance(text, str) else text)
+        return real(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(type(tokenizer), "__call__", spy)
+    with_ids = scoring.stored_pieces([src], texts, [1] * len(texts))
+    assert chunk.text not in tokenized and all(v is not None for v in with_ids)
+    Chunk.objects.filter(pk=chunk.pk).update(piece_ids=None)
+    without = scoring.stored_pieces([src], texts, [1] * len(texts))
+    assert chunk.text in tokenized
+    assert all(a is not None and b is not None and (a == b).all() for a, b in zip(with_ids, without, strict=True))

@@ -54,7 +54,8 @@ def test_the_query_vector_matches_the_passage_encoding_of_the_same_text() -> Non
     """A query is encoded in fp32 even where batches of passages use bf16: the two stay comparable."""
     text = "The Export dialog offers CSV and PDF."
     vector, pieces = embedding.embed_query(text)
-    [batch_vector], [batch_pieces] = embedding.embed_with_pieces([text])
+    [batch_vector], [batch_pieces], [batch_ids] = embedding.embed_with_pieces([text])
     assert float(vector @ batch_vector) > 0.999
     assert pieces.shape == batch_pieces.shape
+    assert batch_ids.tolist() == embedding.model().tokenizer(text, add_special_tokens=False)["input_ids"]
     assert np.allclose(np.linalg.norm(pieces, axis=1), 1, atol=1e-3)
