@@ -33,37 +33,50 @@ def wait_for(predicate: Any, timeout: float, what: str) -> None:
     pytest.fail(f"timed out waiting for {what}")
 
 
+def status_of(document: Document) -> str:
+    return str(Document.objects.get(pk=document.pk).status)
+
+
+def big_document_being_embedded() -> Document:
+    """Upload BIG and return once a worker is embedding it."""
+    data = BIG.encode()
+    with transaction.atomic():
+        document = document_upload(name="procedures.md", stream=io.BytesIO(data), size=len(data)).document
+    wait_for(lambda: status_of(document) == Document.Status.EMBEDDING, 120, "the embedding stage")
+    return document
+
+
+def assert_indexed_exactly_once(document: Document) -> None:
+    document.refresh_from_db()
+    assert document.status == Document.Status.READY
+    ordinals = list(Chunk.objects.filter(document=document).values_list("ordinal", flat=True))
+    assert len(ordinals) == document.chunk_count > 100
+    assert sorted(ordinals) == list(range(len(ordinals)))
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_sigkill_during_embedding_then_retry_gives_exactly_one_set_of_chunks() -> None:
     worker = start_worker("worker-to-kill")
     try:
-        data = BIG.encode()
-        with transaction.atomic():
-            document = document_upload(name="procedures.md", stream=io.BytesIO(data), size=len(data)).document
-        status = lambda: Document.objects.get(pk=document.pk).status  # noqa: E731
-        wait_for(lambda: status() == Document.Status.EMBEDDING, 120, "the embedding stage")
+        document = big_document_being_embedded()
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(10)
     finally:
         stop_process(worker)
 
     time.sleep(0.5)
-    assert status() == Document.Status.EMBEDDING  # stuck where it died...
+    assert status_of(document) == Document.Status.EMBEDDING  # stuck where it died...
     assert not Chunk.objects.filter(document=document).exists()  # ...with nothing half-written
 
     replacement = start_worker("replacement-worker")
     try:
         with transaction.atomic():
             assert document_queue_ingest(documents=Document.objects.filter(pk=document.pk)) == 1
-        wait_for(lambda: status() in (Document.Status.READY, Document.Status.FAILED), 240, "the retry")
+        wait_for(lambda: status_of(document) in (Document.Status.READY, Document.Status.FAILED), 240, "the retry")
     finally:
         stop_process(replacement)
-    document.refresh_from_db()
-    assert document.status == Document.Status.READY
-    ordinals = list(Chunk.objects.filter(document=document).values_list("ordinal", flat=True))
-    assert len(ordinals) == document.chunk_count > 100
-    assert sorted(ordinals) == list(range(len(ordinals)))
+    assert_indexed_exactly_once(document)
 
 
 @pytest.mark.slow
@@ -76,21 +89,15 @@ def test_a_pool_process_killed_mid_embedding_is_retried_at_once_by_its_worker() 
     worker = start_worker("worker-pool-process-killed-mid-embedding", queues="ingest", pool="prefork",
                           KB_SWEEP_SECONDS="0")
     try:
-        data = BIG.encode()
-        with transaction.atomic():
-            document = document_upload(name="procedures.md", stream=io.BytesIO(data), size=len(data)).document
-        status = lambda: Document.objects.get(pk=document.pk).status  # noqa: E731
-        wait_for(lambda: status() == Document.Status.EMBEDDING, 120, "the embedding stage")
+        document = big_document_being_embedded()
         [pool_process] = psutil.Process(worker.pid).children()
         pool_process.send_signal(signal.SIGKILL)
-        wait_for(lambda: status() in (Document.Status.READY, Document.Status.FAILED), 240, "the retry")
+        wait_for(lambda: status_of(document) in (Document.Status.READY, Document.Status.FAILED), 240, "the retry")
         assert worker.poll() is None
     finally:
         stop_process(worker)
-    document.refresh_from_db()
-    assert (document.status, document.attempts) == (Document.Status.READY, 2)
-    ordinals = sorted(Chunk.objects.filter(document=document).values_list("ordinal", flat=True))
-    assert ordinals == list(range(document.chunk_count)) and document.chunk_count > 100
+    assert_indexed_exactly_once(document)
+    assert document.attempts == 2
 
 
 @pytest.mark.django_db
