@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 from celery import Celery
+from celery.signals import task_failure
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
 
@@ -17,3 +20,19 @@ app.autodiscover_tasks()
 def ping(value: str) -> str:
     """Round trip through the broker and result backend; used by health checks and tests."""
     return f"pong:{value}"
+
+
+def when_job_lost(task: Any, handler: Callable[..., object]) -> None:
+    """Call `handler` with a job's arguments when Celery reports that job of `task` failed.
+
+    For a task whose body records its own failures (and which runs with reject_on_worker_lost=False),
+    such a report means the pool process was lost (SIGKILL, the OOM killer) or hit the hard time
+    limit. Celery sends it from the worker's main process, which lives on, and acknowledges the job.
+    """
+
+    def receiver(*, sender: Any = None, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None,
+                 **_: Any) -> None:
+        if getattr(sender, "name", None) == task.name:
+            handler(*args, **(kwargs or {}))
+
+    task_failure.connect(receiver, weak=False)

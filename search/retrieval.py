@@ -34,9 +34,11 @@ from search import answerability, late, rerank
 from search.stats import CHUNK_TOTAL_SQL, idf_sql
 
 WORD = re.compile(r"[A-Za-z0-9][\w'’.-]*[A-Za-z0-9]|[A-Za-z0-9]")
-IDENT_SCAN = 500
 IDENTIFIER = re.compile(r"-{1,2}[A-Za-z][\w-]+|[A-Za-z0-9_][\w.:/-]*[\w]")
 LIKE_SPECIALS = str.maketrans({"%": r"\%", "_": r"\_", "\\": r"\\"})
+# Matching chunks the identifier list reads at most: a short identifier's trigrams match thousands of
+# chunks on a large corpus, each checked against its text (~40 us apiece).
+IDENT_SCAN = 500
 
 
 @dataclass(frozen=True)
@@ -187,8 +189,6 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
     if idents:
         matches = " + ".join(f"(c.text ILIKE %(ident{i})s)::int" for i in range(idents))
         where = " OR ".join(f"c.text ILIKE %(ident{i})s" for i in range(idents))
-        # At most IDENT_SCAN matching chunks are read: a short identifier's trigrams match thousands
-        # of chunks on a large corpus, each checked against its text (~40 us apiece).
         ident_sql = f"""
         SELECT id, row_number() OVER (ORDER BY matched DESC, distance, id) AS r FROM (
             SELECT c.id, {matches} AS matched, c.embedding <=> %(vector)s::vector AS distance
