@@ -55,6 +55,8 @@ def read_binary(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     from django.db import connection
 
     connection.ensure_connection()
-    with psycopg.Cursor(connection.connection) as cursor:
+    # Django's error wrapper, as its own cursors have: a lost server raises django.db's OperationalError
+    # (which the edge answers with a 503) and marks the connection unusable, not psycopg's own.
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params, binary=True)
         return cursor.fetchall()

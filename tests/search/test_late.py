@@ -109,3 +109,15 @@ def test_depth_zero_turns_the_stage_off_everywhere(people: dict[str, Any], setti
     assert late.status() == "off"
     result = hybrid_search(user=people["carol"], query="When does bay 3 open?")
     assert result.hits and all(h.late_score is None for h in result.hits) and "late" not in result.timings_ms
+
+
+@pytest.mark.django_db
+def test_binary_reads_raise_djangos_database_errors_as_djangos_own_cursors_do() -> None:
+    """The edge turns django.db's OperationalError (a restarting server) into a JSON 503; psycopg's own
+    exception would escape it as a 500 page."""
+    import django.db
+
+    from kb.ingest.pieces import read_binary
+
+    with pytest.raises(django.db.ProgrammingError):
+        read_binary("SELECT late_vectors FROM no_such_table WHERE id = ANY(%s)", [[1]])
