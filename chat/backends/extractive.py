@@ -31,6 +31,7 @@ RUNNER_UP_GAP = 0.3  # ...and only when they score within this of the lead: no p
 # that merely sounds like the domain ("Saved filters appear in the Views menu" for an export question) is not
 # an answer, and late-interaction scores alone sit close together inside one manual.
 MAX_SENTENCE_CHARS = 500
+WRAPPED = 60  # a line this long that ends mid-sentence was wrapped by its writer: the next one continues it
 MAX_STEPS = 8
 PROCEDURE_BONUS = 0.3
 WEAK = 0.34  # share of the question's rare-word weight matched below which the answer says it may be partial
@@ -65,33 +66,58 @@ def _clean(line: str) -> str:
     return " ".join(TAG.sub("", IMAGE.sub("", line)).split())
 
 
+def _continues(line: str, following: str) -> bool:
+    """Whether `following` goes on from `line` (a hard-wrapped sentence) rather than starting a line of
+    its own: it opens in lower case, or `line` is a long one stopped short of any punctuation. A PDF's
+    command and description lines ("$ git log" / "Lists version history…") stay apart."""
+    if following[0].islower():
+        return True
+    return len(line) >= WRAPPED and line[-1] not in ".!?:;" and (following[0].isalnum() or following[0] in "[(`*_\"'")
+
+
 def units(number: int, text: str) -> list[Unit]:
-    """The source as units: headings and table rules skipped, bullets and table pipes undone, code kept whole."""
+    """The source as units: headings and table rules skipped, bullets and table pipes undone, code kept whole.
+
+    A wrapped paragraph or list item is read as one, so a sentence that runs over two lines is one
+    sentence, not two fragments (see `_continues`).
+    """
     out: list[Unit] = []
     block = 0
     fence: list[str] | None = None
     previous = "blank"
+    pending: list[str] = []  # the lines of the paragraph or list item being read
 
     def add(piece: str, kind: str) -> None:
         if len(piece) > MAX_SENTENCE_CHARS:
             piece = piece[:MAX_SENTENCE_CHARS].rsplit(" ", 1)[0] + " …"
         out.append(Unit(number, len(out), piece, block, kind))
 
+    def flush() -> None:
+        if pending:
+            cleaned = _clean(" ".join(pending))
+            for piece in SENTENCE_END.split(cleaned) if previous == "prose" else [cleaned]:
+                if piece.strip():
+                    add(piece.strip(), previous)
+            pending.clear()
+
     for line in text.splitlines():
         stripped = line.strip()
         if stripped.startswith("```"):
+            flush()
             if fence is None:
                 fence, block = [], block + 1
             else:
                 code = " ".join(" ".join(fence).split())
                 if code:
                     add(code, "code")
-                fence, previous = None, "blank"
+                fence = None
+            previous = "blank"
             continue
         if fence is not None:
             fence.append(stripped)
             continue
         if not stripped or HEADING.match(line) or TABLE_RULE.match(stripped):
+            flush()
             previous = "blank"
             continue
         if stripped.startswith("|"):
@@ -100,17 +126,21 @@ def units(number: int, text: str) -> list[Unit]:
         elif BULLET.match(stripped):
             kind = "step" if NUMBERED.match(stripped) else "item"
             stripped = BULLET.sub("", stripped)
+        elif previous in ("prose", "item", "step") and _continues(pending[-1], stripped):
+            pending.append(stripped)  # the paragraph or item goes on
+            continue
         else:
             kind = "prose"
+        flush()
         # A list or table stays one block across its items; prose starts a block after a blank line.
         if previous == "blank" or (kind != previous and not {kind, previous} <= {"item", "step"}):
             block += 1
         previous = kind
-        cleaned = _clean(stripped)
-        pieces = SENTENCE_END.split(cleaned) if kind == "prose" else [cleaned]
-        for piece in pieces:
-            if piece.strip():
-                add(piece.strip(), kind)
+        if kind == "row":
+            add(_clean(stripped), kind)
+        else:
+            pending.append(stripped)
+    flush()
     return out
 
 

@@ -35,6 +35,26 @@ def test_units_undo_bullets_and_pipes_skip_headings_and_keep_code_whole() -> Non
     assert sentences('See <span class="x">Clipboard</span> ![pic](/a.png) here.') == ["See Clipboard here."]
 
 
+def test_a_hard_wrapped_sentence_is_one_sentence_and_a_pdfs_short_lines_stay_apart() -> None:
+    wrapped = ("The weekly time reporting period lasts one week, beginning on Sunday and ending\n"
+               "on Saturday. Submit it by Friday; late entries are flagged in the report that\n"
+               "Timecards get every Monday.\n\n"
+               "- Extended Out of Office: for absences of 3 weeks or longer, such as Paid\n"
+               "  Parental Leave taken part-time.\n")
+    assert sentences(wrapped) == [
+        "The weekly time reporting period lasts one week, beginning on Sunday and ending on Saturday.",
+        "Submit it by Friday; late entries are flagged in the report that Timecards get every Monday.",
+        "Extended Out of Office: for absences of 3 weeks or longer, such as Paid Parental Leave taken part-time.",
+    ]
+    cheat_sheet = ("$ git log --follow [file]\nLists version history for a file, including renames\n$ git log\n"
+                   "Lists version history for the current branch\nCAUTION! Changing history can have nasty side effects. If you\n"
+                   "need to change commits, proceed with caution.")
+    assert sentences(cheat_sheet) == [
+        "$ git log --follow [file]", "Lists version history for a file, including renames", "$ git log",
+        "Lists version history for the current branch", "CAUTION!", "Changing history can have nasty side effects.",
+        "If you need to change commits, proceed with caution."]
+
+
 def test_the_answer_leads_with_the_sentence_that_answers_not_the_one_sharing_most_words() -> None:
     ask = (
         "Which formats does the Export dialog offer?",
