@@ -82,9 +82,14 @@ class _IngestLoad:
             self.rounds += 1
 
     def stop(self) -> None:
-        """Stop starting rounds, then wait for the round under way and for the ingest worker to index what
-        was queued: the next quiet phase must be quiet."""
-        from kb.models import Document
+        """Stop starting rounds, wait for the round under way and for the ingest worker to index what was
+        queued, then delete what the rounds added: the next quiet phase must be quiet, and search the
+        development corpus again, not two or three copies of it."""
+        from django.db import connection
+
+        from kb.models import Document, Folder
+        from kb.services import document_delete, folder_delete
+        from search.stats import lexeme_stats_refresh
 
         self._stop.set()
         self._thread.join()
@@ -92,6 +97,14 @@ class _IngestLoad:
         busy = Document.objects.exclude(status__in=[Document.Status.READY, Document.Status.FAILED])
         while busy.exists() and time.monotonic() < deadline:
             time.sleep(1)
+        for folder in Folder.objects.filter(name__startswith=f"bench-load-{os.getpid()}-"):
+            for document in folder.documents.all():
+                document_delete(document=document)
+            folder_delete(folder=folder)
+        lexeme_stats_refresh()
+        with connection.cursor() as cursor:
+            cursor.execute("VACUUM ANALYZE kb_chunk")  # what autovacuum does a minute after a deletion this large
+        connection.close()
 
 
 def _phase(base: str, token: str, cookie: str, questions: list[str]) -> dict[str, Any]:

@@ -132,15 +132,18 @@ def answer_produce(*, message_id: int, job_id: str | uuid.UUID | None = None) ->
     never raises for a failed answer (the reader gets an `error` event and the row says why).
     """
     now = timezone.now()
-    # A running answer whose worker died long ago (acks_late redelivers its job) starts over.
-    abandoned = Q(status=Message.Status.RUNNING, started_at__lt=now - timedelta(seconds=conf.answer_lease()))
-    claim = Message.objects.filter(Q(status=Message.Status.PENDING) | abandoned, pk=message_id,
-                                   role=Message.Role.ASSISTANT)
+    claim = Message.objects.filter(pk=message_id, role=Message.Role.ASSISTANT)
     if job_id is not None:
         claim = claim.filter(job_id=job_id)
-    if not claim.update(status=Message.Status.RUNNING, started_at=now, text="", error="", source_documents=[]):
-        return None
-    Citation.objects.filter(message_id=message_id).delete()
+    running = {"status": Message.Status.RUNNING, "started_at": now}
+    # A pending answer has never run, so it has nothing to clear: the common case costs one statement.
+    if not claim.filter(status=Message.Status.PENDING).update(**running):
+        # A running answer whose worker died long ago (acks_late redelivers its job) starts over.
+        abandoned = claim.filter(status=Message.Status.RUNNING,
+                                 started_at__lt=now - timedelta(seconds=conf.answer_lease()))
+        if not abandoned.update(**running, text="", error="", source_documents=[]):
+            return None
+        Citation.objects.filter(message_id=message_id).delete()
     message = Message.objects.select_related("conversation__owner", "question").get(pk=message_id)
     writer = _Writer(message)
     status: str | None = None

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import socket
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from chat.answering import ACCESS_CHANGED, answer_stream
 from chat.models import Citation, Message
@@ -60,6 +62,23 @@ def test_the_producer_stores_the_answer_and_its_citations(corpus: dict[str, Docu
     citation = answer.citations.get()
     assert citation.quote == citation.chunk.content and citation.document == corpus["shipments"]
     assert answer_produce(message_id=answer.pk) is None  # produced once; a redelivered job does nothing
+
+
+def test_an_answer_abandoned_mid_stream_starts_over_clean(corpus: dict[str, Document], people: dict[str, Any]) -> None:
+    """A job redelivered after its worker died long ago reclaims the answer: the half-written text and the
+    citations of the dead attempt go, and only the new attempt's remain. One still within its lease is left alone."""
+    asked = question_ask(user=people["carol"], question=EXPORT_QUESTION, enqueue=False)
+    stale = Citation.objects.create(message=asked.answer, number=7, quote="half an answer's quote", start=0, end=5,
+                                    distance=0.5)
+    Message.objects.filter(pk=asked.answer.pk).update(status=Message.Status.RUNNING, text="Half an ans",
+                                                      started_at=timezone.now())
+    assert answer_produce(message_id=asked.answer.pk) is None  # its worker may still be at it
+    Message.objects.filter(pk=asked.answer.pk).update(started_at=timezone.now() - timedelta(hours=1))
+    assert answer_produce(message_id=asked.answer.pk) == Message.Status.DONE
+    answer = Message.objects.get(pk=asked.answer.pk)
+    assert not answer.text.startswith("Half") and "CSV and PDF [1]" in answer.text
+    assert not Citation.objects.filter(pk=stale.pk).exists()
+    assert [c.number for c in answer.citations.all()] == [1]
 
 
 def test_an_out_of_domain_question_is_refused_and_no_backend_is_called(

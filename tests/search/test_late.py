@@ -13,7 +13,7 @@ from kb.models import Chunk, Document
 from kb.selectors import documents_stale
 from search import late
 from search.retrieval import WORD, SearchOptions, hybrid_search
-from search.stats import lexeme_stats_refresh
+from search.stats import gin_indexes, lexeme_stats_refresh
 from tests.factories import ingested_document
 
 DEPOT = "# Depot\n\n" + "".join(
@@ -121,3 +121,22 @@ def test_binary_reads_raise_djangos_database_errors_as_djangos_own_cursors_do() 
 
     with pytest.raises(django.db.ProgrammingError):
         read_binary("SELECT late_vectors FROM no_such_table WHERE id = ANY(%s)", [[1]])
+
+
+def pending_pages_merged(index: str) -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT gin_clean_pending_list(%s::regclass)", [index])
+        return int(cursor.fetchone()[0])
+
+
+def test_the_refresh_after_indexing_merges_new_chunks_into_the_indexes_searches_read(db: None) -> None:
+    """Searches scan a GIN index's pending list in full: indexing leaves new chunks there, the refresh empties it."""
+    indexes = gin_indexes()
+    assert {"kb_chunk_search_gin", "kb_chunk_text_trgm", "kb_chunk_acl_gin", "kb_document_acl_gin"} <= set(indexes)
+    ingested_document(DEPOT, "depot.md")
+    assert sum(pending_pages_merged(index) for index in indexes) > 0  # what an ingest leaves pending
+    ingested_document(DEPOT.replace("Depot", "Warehouse"), "warehouse.md")
+    lexeme_stats_refresh()
+    assert [pending_pages_merged(index) for index in indexes] == [0] * len(indexes)
