@@ -21,7 +21,6 @@ from chat.answering import AnswerRecord, answer_stream
 from chat.events import CitationPayload, Event, publish
 from chat.models import Citation, Conversation, Feedback, Message
 from chat.selectors import earlier_questions
-from kb.ingest import embedding
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +80,7 @@ def question_ask(*, user: Any, question: str, conversation_id: int | None = None
     if enqueue:
         from chat.tasks import answer_message
 
-        transaction.on_commit(partial(answer_message.delay, answer.pk, str(answer.job_id), question))
+        transaction.on_commit(partial(answer_message.delay, answer.pk, str(answer.job_id)))
     return Asked(conversation, asked, answer)
 
 
@@ -126,15 +125,12 @@ class _Writer:
         self.send(event)
 
 
-def answer_produce(*, message_id: int, job_id: str | uuid.UUID | None = None, question: str | None = None) -> str | None:
+def answer_produce(*, message_id: int, job_id: str | uuid.UUID | None = None) -> str | None:
     """Produce the answer stored as `message_id`: its final status, or None when it was not ours to produce.
 
     Claims the row (pending → running) so a redelivered or stale job does nothing;
     never raises for a failed answer (the reader gets an `error` event and the row says why).
-    `question`, when the job carries it, starts being encoded for retrieval while the row is claimed.
     """
-    if question:
-        embedding.embed_query_soon(question)
     now = timezone.now()
     claim = Message.objects.filter(pk=message_id, role=Message.Role.ASSISTANT)
     if job_id is not None:

@@ -16,10 +16,10 @@ from kb.celery import when_job_lost
 # fails at once (_answer_job_lost), so a question that kills its process cannot kill the next one.
 @shared_task(name="chat.answer_message", acks_late=True, reject_on_worker_lost=False, ignore_result=True,
              soft_time_limit=int(conf.answer_timeout()) + 30, time_limit=int(conf.answer_timeout()) + 60)
-def answer_message(message_id: int, job_id: str | None = None, question: str | None = None) -> str | None:
+def answer_message(message_id: int, job_id: str | None = None) -> str | None:
     from chat.services import answer_produce
 
-    return answer_produce(message_id=message_id, job_id=job_id, question=question)
+    return answer_produce(message_id=message_id, job_id=job_id)
 
 
 def _answer_job_lost(message_id: int, job_id: str | None = None) -> None:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
-import threading
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -135,52 +132,13 @@ def query_encoder() -> Any:
         return torch.jit.optimize_for_inference(torch.jit.freeze(traced.eval()))
 
 
+@functools.lru_cache(maxsize=2)
 def embed_query(text: str) -> tuple[np.ndarray, np.ndarray]:
     """`embed([text])[0]` and `token_vectors([text])[0]` from one forward pass (equal to ~1e-5).
 
     Kept for the process's last two questions: retrieval and the answer's sentence scoring both need
-    them, moments apart. Read-only, since every caller shares them. A question `embed_query_soon`
-    started is waited for, not encoded twice.
+    them, moments apart. Read-only, since every caller shares them.
     """
-    started = _soon.take(text)
-    return started.result() if started is not None else _embed_query(text)
-
-
-def embed_query_soon(text: str) -> None:
-    """Start encoding `text` on a background thread of this process, for a caller with other waiting to do
-    first: the answer worker claims its job and reads the question's conversation (database round trips,
-    while the encoder has a core to itself), then retrieval's `embed_query(text)` finds the result ready."""
-    _soon.start(text)
-
-
-class _Soon:
-    """The one question being encoded ahead, on a thread created again after a fork (Celery prefork)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
-        self._pid = 0
-        self._pending: tuple[str, Future[tuple[np.ndarray, np.ndarray]]] | None = None
-
-    def start(self, text: str) -> None:
-        with self._lock:
-            if self._pool is None or self._pid != os.getpid():
-                self._pool, self._pid = ThreadPoolExecutor(1, thread_name_prefix="query-encoder"), os.getpid()
-            self._pending = (text, self._pool.submit(_embed_query, text))
-
-    def take(self, text: str) -> Future[tuple[np.ndarray, np.ndarray]] | None:
-        with self._lock:
-            pending, self._pending = self._pending, None
-        if pending is None or pending[0] != text or self._pid != os.getpid():
-            return None
-        return pending[1]
-
-
-_soon = _Soon()
-
-
-@functools.lru_cache(maxsize=2)
-def _embed_query(text: str) -> tuple[np.ndarray, np.ndarray]:
     import torch
 
     features = model().preprocess([text])

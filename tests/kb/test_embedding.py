@@ -11,7 +11,7 @@ from kb.ingest import embedding
 
 
 def test_a_question_is_encoded_once_for_retrieval_and_its_answer(monkeypatch: Any) -> None:
-    embedding._embed_query.cache_clear()
+    embedding.embed_query.cache_clear()
     calls: list[int] = []
     encoder = embedding.query_encoder()
 
@@ -33,32 +33,6 @@ def test_a_question_is_encoded_once_for_retrieval_and_its_answer(monkeypatch: An
     assert len(calls) == 4  # only the last two questions are kept
 
 
-def test_a_question_started_ahead_is_encoded_once_on_the_background_thread(monkeypatch: Any) -> None:
-    """The answer worker starts encoding while it claims its job; retrieval then waits for that pass."""
-    import threading
-
-    embedding._embed_query.cache_clear()
-    threads: list[str] = []
-    encoder = embedding.query_encoder()
-
-    def spy(input_ids: Any) -> Any:
-        threads.append(threading.current_thread().name)
-        return encoder(input_ids)
-
-    monkeypatch.setattr(embedding, "query_encoder", lambda: spy)
-    question = "Where is the quartz seal of the east gate checked?"
-    embedding.embed_query_soon(question)
-    vector, pieces = embedding.embed_query(question)
-    assert len(threads) == 1 and threads[0].startswith("query-encoder")
-    assert embedding.embed_query(question)[0] is vector  # and kept, as any question is
-    [expected] = embedding.embed([question])
-    assert np.abs(vector - expected).max() < 1e-4
-    embedding.embed_query_soon("a question nobody asks in the end")
-    embedding.embed_query("another question")  # not the one started: encoded here, the other one dropped
-    assert threads.count(threading.current_thread().name) == 1
-    assert embedding._soon.take("a question nobody asks in the end") is None
-
-
 @pytest.mark.parametrize("text", [
     "VPN",
     "Why does the nightly export stop at 2 a.m. with error E-4410?",
@@ -67,7 +41,7 @@ def test_a_question_started_ahead_is_encoded_once_on_the_background_thread(monke
 ])
 def test_the_traced_query_encoder_gives_what_the_model_gives(text: str) -> None:
     """The frozen graph must be the same function as the model, at any length (traced on one example)."""
-    embedding._embed_query.cache_clear()
+    embedding.embed_query.cache_clear()
     vector, pieces = embedding.embed_query(text)
     [expected] = embedding.embed([text])
     [expected_pieces] = embedding.token_vectors([text])
