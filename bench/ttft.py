@@ -4,10 +4,8 @@ Runs inside bench/chat.py's scratch database. Starts Daphne and the two workers 
 `make run` does (kb.runtime.launcher.workers: the answer worker with one torch thread per process,
 the ingest worker niced), then per question: `POST /api/ask` with a Bearer token, open the
 conversation's websocket with the session cookie (as the browser does once the POST
-returns), and stop the clock at the first `token` event; the next question is asked once that
-answer is finished. Refused questions (NO ANSWER) stream no token; they are counted, not timed.
-After each ingesting phase, the documents it added are deleted again (and the table vacuumed), so
-every quiet phase searches the development corpus alone.
+returns), and stop the clock at the first `token` event. Refused questions (NO ANSWER)
+stream no token; they are counted, not timed.
 """
 
 from __future__ import annotations
@@ -39,8 +37,7 @@ from bench._common import (
 
 def _ask(base: str, token: str, cookie: str, question: str) -> dict[str, Any]:
     """Milliseconds from POST /api/ask to its reply (`post`), to the open websocket (`open`) and to the
-    first token event (`ttft`, None when the answer was refused), and the answer's message id; returns
-    once the answer is finished."""
+    first token event (`ttft`, None when the answer was refused), and the answer's message id."""
     from websockets.sync.client import connect
     from websockets.typing import Origin
 
@@ -60,11 +57,10 @@ def _ask(base: str, token: str, cookie: str, question: str) -> dict[str, Any]:
             event = json.loads(ws.recv(timeout=60))
             if event.get("message") != asked["message"]:
                 continue
-            if event["type"] == "token" and times["ttft"] is None:
+            if event["type"] == "token":
                 times["ttft"] = (time.perf_counter() - began) * 1000
+                return times
             if event["type"] in ("refused", "done", "error"):
-                # The next question waits for this answer to finish, as its reader would: the rest of this
-                # one (its remaining sentences, citations, the check of each claim) is not "nothing else running".
                 return times
 
 
