@@ -5,7 +5,8 @@ Runs inside bench/chat.py's scratch database. Starts Daphne and the two workers 
 the ingest worker niced), then per question: `POST /api/ask` with a Bearer token, open the
 conversation's websocket with the session cookie (as the browser does once the POST
 returns), and stop the clock at the first `token` event. Refused questions (NO ANSWER)
-stream no token; they are counted, not timed.
+stream no token; they are counted, not timed. After each ingesting phase the documents it added
+are deleted again (and the table vacuumed), so every quiet phase searches the development corpus.
 """
 
 from __future__ import annotations
