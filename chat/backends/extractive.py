@@ -47,6 +47,7 @@ TAG = re.compile(r"</?[a-zA-Z][^<>\n]*>")
 DEPENDENT = re.compile(
     r"^(?:this|these|that|those|it|its|they|their|such|then|otherwise|however|also|if so|if it does|"
     r"to do (?:so|this)|in (?:that|this) case|for (?:that|this)|here|there)\b", re.IGNORECASE)
+COMMAND = "$ "  # a shell prompt: a cheat sheet's or man page's command line, described by the line after it
 HOW_TO = re.compile(r"\b(?:how (?:do|can|should|to|would)|steps?\b|procedure|walk me through|what do i do)",
                     re.IGNORECASE)
 
@@ -162,7 +163,8 @@ def _line(unit: Unit) -> str:
 
 
 def _with_context(best: Unit, all_units: Sequence[Unit]) -> list[Unit]:
-    """`best` and what it depends on: the sentence before a dependent opener, what a colon introduces."""
+    """`best` and what it depends on: the sentence before a dependent opener, what a colon introduces,
+    the description after a command."""
     same = [u for u in all_units if u.number == best.number]
     i = same.index(best)
     chosen = [best]
@@ -172,6 +174,9 @@ def _with_context(best: Unit, all_units: Sequence[Unit]) -> list[Unit]:
         chosen.insert(0, same[0])  # a table row reads with its header
     if best.text.endswith(":") and i + 1 < len(same):
         chosen.append(same[i + 1])
+    elif (best.kind == "code" or best.text.startswith(COMMAND)) and i + 1 < len(same) and same[i + 1].kind == "prose" \
+            and not same[i + 1].text.startswith(COMMAND):
+        chosen.append(same[i + 1])  # what the command does: "$ git log --follow [file]" / "Lists version history…"
     return chosen
 
 

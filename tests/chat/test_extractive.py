@@ -55,6 +55,14 @@ def test_a_hard_wrapped_sentence_is_one_sentence_and_a_pdfs_short_lines_stay_apa
         "If you need to change commits, proceed with caution."]
 
 
+def test_a_command_line_brings_the_description_after_it() -> None:
+    cheat_sheet = ("$ git diff [first-branch]...[second-branch]\nShows content differences between two branches\n"
+                   "$ git log --follow [file]\nLists version history for a file, including renames\n"
+                   "$ git reset --hard [commit]\nDiscards all history and changes back to the specified commit")
+    text = answer("What does git log --follow [file] show?", cheat_sheet)
+    assert text.startswith("$ git log --follow [file] [1] Lists version history for a file, including renames [1]"), text
+
+
 def test_the_answer_leads_with_the_sentence_that_answers_not_the_one_sharing_most_words() -> None:
     ask = (
         "Which formats does the Export dialog offer?",
