@@ -48,7 +48,7 @@ DEPENDENT = re.compile(
     r"^(?:this|these|that|those|it|its|they|their|such|then|otherwise|however|also|if so|if it does|"
     r"to do (?:so|this)|in (?:that|this) case|for (?:that|this)|here|there)\b", re.IGNORECASE)
 COMMAND = "$ "  # a shell prompt: a cheat sheet's or man page's command line, described by the line after it
-HOW_TO = re.compile(r"\b(?:how (?:do|can|should|to|would)|steps?\b|procedure|walk me through|what do i do)",
+HOW_TO = re.compile(r"\b(?:how (?:do|can|should|to|would)\b|steps?\b|procedure|walk me through|what do i do\b)",
                     re.IGNORECASE)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from chat.backends.extractive import ExtractiveBackend, sentences, units
+from chat.backends.extractive import HOW_TO, ExtractiveBackend, sentences, units
 from chat.prompts import Source, build_prompt
 from kb.ingest.classify import CONCEPT, SCREEN
 from tests.conftest import ROOT
@@ -53,6 +53,13 @@ def test_a_hard_wrapped_sentence_is_one_sentence_and_a_pdfs_short_lines_stay_apa
         "$ git log --follow [file]", "Lists version history for a file, including renames", "$ git log",
         "Lists version history for the current branch", "CAUTION!", "Changing history can have nasty side effects.",
         "If you need to change commits, proceed with caution."]
+
+
+def test_how_does_asks_how_something_behaves_not_for_steps() -> None:
+    assert HOW_TO.search("How do I fail over the planning database?")
+    assert HOW_TO.search("what do i do when the export stalls")
+    assert not HOW_TO.search("How does a text filter behave differently from a facet?")
+    assert not HOW_TO.search("What does the dock manager do?")
 
 
 def test_a_command_line_brings_the_description_after_it() -> None:
