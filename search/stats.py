@@ -20,12 +20,10 @@ def idf_sql(*, ndoc: str, total: str) -> str:
     return f"ln(1 + ({total} - {ndoc} + 0.5) / ({ndoc} + 0.5))"
 
 
-# GIN indexes take new rows into a pending list that every search reading the index scans in full,
-# until autovacuum merges it: minutes after a burst of uploads, and a small one may never trigger it
-# (right after the development corpus is indexed, 242 pending pages made the candidate query ~25% slower).
-
-
 def gin_indexes() -> list[str]:
+    """The GIN indexes searches read. Each takes new rows into a pending list that every search scans in
+    full until autovacuum merges it: minutes after a burst of uploads, and a small batch may never trigger
+    it (right after the development corpus is indexed, 242 pending pages made the candidate query ~25% slower)."""
     from django.contrib.postgres.indexes import GinIndex
 
     from kb.models import Chunk, Document

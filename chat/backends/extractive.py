@@ -137,10 +137,7 @@ def units(number: int, text: str) -> list[Unit]:
         if previous == "blank" or (kind != previous and not {kind, previous} <= {"item", "step"}):
             block += 1
         previous = kind
-        if kind == "row":
-            add(_clean(stripped), kind)
-        else:
-            pending.append(stripped)
+        pending.append(stripped)
     flush()
     return out
 
