@@ -30,8 +30,10 @@ def conversation_for_user(user: Any, pk: int) -> Conversation | None:
     return Conversation.objects.filter(pk=pk, owner=user).first()
 
 
-def conversation_list(*, user: Any, limit: int = 50, offset: int = 0) -> QuerySet[Conversation]:
-    return Conversation.objects.filter(owner=user).order_by("-updated_at", "-pk")[offset : offset + limit]
+def conversation_list(*, user: Any, limit: int = 50, offset: int = 0) -> list[Conversation]:
+    """A list, not a lazy queryset: read while serialising the response, a lost database would surface
+    inside pydantic's validation error (a 500 page) instead of the API's JSON 503."""
+    return list(Conversation.objects.filter(owner=user).order_by("-updated_at", "-pk")[offset : offset + limit])
 
 
 def is_reviewer(user: Any) -> bool:
