@@ -12,6 +12,7 @@ from ninja import NinjaAPI, Schema
 
 from accounts.api import api_auth
 from chat import services as chat_services
+from kb import outage
 from kb.api_contract import ANY
 
 logger = logging.getLogger(__name__)
@@ -44,9 +45,8 @@ def _database_unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
     """PostgreSQL restarting or out of reach (or the pool out of connections): a short JSON 503 that
     says to retry, not a 500 page; the pool reconnects by itself once the server is back."""
     logger.warning("database unavailable for %s: %s", request.path, exc)
-    response = api.create_response(request, {"detail": "The database is unavailable; try again in a moment."},
-                                   status=503)
-    response["Retry-After"] = "5"
+    response = api.create_response(request, {"detail": outage.MESSAGE}, status=503)
+    response["Retry-After"] = outage.RETRY_AFTER
     return response
 
 

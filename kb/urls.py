@@ -7,6 +7,8 @@ from chat import views as chat_views
 from kb import views
 from kb.api import api
 
+handler500 = "kb.views.server_error"
+
 urlpatterns = [
     path("", chat_views.ask, name="ask"),
     path("healthz", views.healthz, name="healthz"),

@@ -5,6 +5,7 @@ Chat's pages (Ask, Review) are in chat/views.py."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from django.conf import settings
@@ -12,9 +13,11 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.views import defaults
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from kb import outage
 from kb.forms import UploadForm, upload_choices
 from kb.health import health_report, public_summary
 from kb.ingest.extract import PDF
@@ -31,6 +34,15 @@ from kb.selectors import (
 )
 from kb.services import DocumentStateConflict, UploadRejected, document_retry
 from kb.viewer import page_of, parse_range, render_document
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """Django's last resort for an uncaught error (handler500). A database out of reach that escaped every
+    handler (raised in a middleware, or while a response was being written) still gets the 503 that
+    says to retry."""
+    if outage.is_database_outage(sys.exc_info()[1]):
+        return outage.unavailable(request)
+    return defaults.server_error(request)
 
 
 @require_GET

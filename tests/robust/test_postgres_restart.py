@@ -3,8 +3,9 @@
 A real Daphne on its own embedded servers (a data directory of this test's) serves API calls
 from several clients while the test stops PostgreSQL and starts it again twelve seconds later.
 A request during the outage waits for a connection up to KB_DB_POOL_TIMEOUT, so it either
-rides a short outage out or ends with a JSON 503 (no hang, no 500 page, no traceback); after
-it, requests succeed again without restarting Daphne.
+rides a short outage out or ends with a 503 (JSON from the API, a page that says to retry from a
+browser page; no hang, no 500 page, no traceback); after it, requests succeed again without
+restarting Daphne.
 
 Before: the restarted server came up on another port, so Daphne never found it again, and a
 request during the outage was a 500 page.
@@ -33,13 +34,13 @@ from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
 
-CLIENTS = 4
 OUTAGE = 12.0  # seconds: longer than the pool's wait, so some requests must give up
 SLOWEST_ANSWER = 15.0  # seconds: a request waits up to KB_DB_POOL_TIMEOUT (10) for a connection
 
 
 @dataclass(frozen=True)
 class Call:
+    path: str
     began: float
     seconds: float
     status: int
@@ -54,28 +55,46 @@ def isolated_env(var_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def prepare(env: dict[str, str]) -> str:
-    """Migrate the drill's database and return a new API token of a new user."""
+def prepare(env: dict[str, str]) -> tuple[str, str]:
+    """Migrate the drill's database; a new user's API token and the cookie of a browser session of theirs."""
     script = (
         "from django.core.management import call_command; call_command('migrate', verbosity=0)\n"
-        "from django.contrib.auth.models import User; from accounts.tokens import token_create\n"
-        "print(token_create(user=User.objects.create_user('drill'))[1])"
+        "from django.contrib.auth.models import User; from django.test import Client\n"
+        "from accounts.tokens import token_create\n"
+        "user = User.objects.create_user('drill'); browser = Client(); browser.force_login(user)\n"
+        "print(token_create(user=user)[1], browser.cookies['sessionid'].value)"
     )
     done = subprocess.run([sys.executable, "manage.py", "shell", "-c", script], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout.strip().splitlines()[-1]
+    token, session = done.stdout.strip().splitlines()[-1].split()
+    return token, session
 
 
-def call(base: str, token: str) -> Call:
-    request = urllib.request.Request(f"{base}/api/conversations", headers={"Authorization": f"Bearer {token}"})
+@dataclass(frozen=True)
+class Caller:
+    """What one client requests, and how it signs in: the API with a token, or a page with a session."""
+
+    path: str
+    headers: dict[str, str]
+
+
+def callers(token: str, session: str) -> list[Caller]:
+    api = Caller("/api/conversations", {"Authorization": f"Bearer {token}"})
+    page = Caller("/", {"Cookie": f"sessionid={session}"})
+    return [api, api, api, page]
+
+
+def call(base: str, caller: Caller) -> Call:
+    request = urllib.request.Request(f"{base}{caller.path}", headers=caller.headers)
     began = time.monotonic()
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             status, headers, body = response.status, response.headers, response.read()
     except urllib.error.HTTPError as error:
         status, headers, body = error.code, error.headers, error.read()
-    return Call(began, time.monotonic() - began, status, headers.get("Content-Type", ""), body.decode(errors="replace"))
+    return Call(caller.path, began, time.monotonic() - began, status, headers.get("Content-Type", ""),
+                body.decode(errors="replace"))
 
 
 @dataclass
@@ -85,16 +104,16 @@ class Traffic:
 
 
 @contextmanager
-def traffic(base: str, token: str) -> Iterator[Traffic]:
-    """CLIENTS threads calling the API one request after another until the block ends."""
+def traffic(base: str, clients: list[Caller]) -> Iterator[Traffic]:
+    """A thread per caller, each calling one request after another until the block ends."""
     seen = Traffic([], threading.Event())
 
-    def client() -> None:
+    def client(caller: Caller) -> None:
         while not seen.stop.is_set():
-            seen.calls.append(call(base, token))
+            seen.calls.append(call(base, caller))
             time.sleep(0.05)
 
-    threads = [threading.Thread(target=client, daemon=True) for _ in range(CLIENTS)]
+    threads = [threading.Thread(target=client, args=(caller,), daemon=True) for caller in clients]
     for thread in threads:
         thread.start()
     try:
@@ -113,14 +132,15 @@ def test_requests_fail_cleanly_while_postgresql_restarts_and_succeed_after(tmp_p
     embedded.use("redis", var_dir)
     try:
         env = isolated_env(var_dir)
-        token = prepare(env)
+        token, session = prepare(env)
+        clients = callers(token, session)
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "kb.asgi:application"]
         with child("pg-restart-daphne", argv, env) as web:
             wait_until(lambda: listening(port), "daphne", [web])
-            assert call(base, token).status == 200
-            with traffic(base, token) as seen:
+            assert all(call(base, caller).status == 200 for caller in clients)
+            with traffic(base, clients) as seen:
                 time.sleep(3)
                 stopped_at = time.monotonic()
                 embedded.stop_postgres(var_dir)
@@ -138,12 +158,17 @@ def test_requests_fail_cleanly_while_postgresql_restarts_and_succeed_after(tmp_p
         outage = [c for c in seen.calls if c.status != 200]
         after = [c for c in seen.calls if c.began > restarted_at]
         summary = f"{len(seen.calls)} calls, {len(after)} after the restart; not 200: " + ", ".join(
-            f"{c.status} at {c.began - stopped_at:+.1f} s took {c.seconds:.1f} s" for c in outage)
+            f"{c.path} {c.status} at {c.began - stopped_at:+.1f} s took {c.seconds:.1f} s" for c in outage)
         assert before and all(c.status == 200 for c in before), summary
         assert outage, f"the outage was never seen: {summary}"
-        for c in outage:  # a request that could not ride the outage out says so, in JSON
-            assert c.status == 503 and c.content_type.startswith("application/json"), (c, summary)
-            assert "unavailable" in json.loads(c.body)["detail"] and "Traceback" not in c.body
+        assert {c.path for c in outage} == {c.path for c in clients}, summary  # the page met the outage too
+        for c in outage:  # a request that could not ride the outage out says so: JSON from the API, a page else
+            assert c.status == 503 and "Traceback" not in c.body, (c, summary)
+            if c.path.startswith("/api/"):
+                assert c.content_type.startswith("application/json"), (c, summary)
+                assert "unavailable" in json.loads(c.body)["detail"], (c, summary)
+            else:
+                assert c.content_type.startswith("text/html") and "Temporarily unavailable" in c.body, (c, summary)
         assert max(c.seconds for c in seen.calls) < SLOWEST_ANSWER, summary  # nothing hangs
         recovered = [c.began for c in after if c.status == 200]
         assert recovered and min(recovered) - restarted_at < 20, summary
