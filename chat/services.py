@@ -21,6 +21,7 @@ from chat.answering import AnswerRecord, answer_stream
 from chat.events import CitationPayload, Event, publish
 from chat.models import Citation, Conversation, Feedback, Message
 from chat.selectors import earlier_questions
+from kb import queues
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,14 @@ class NotFound(ChatError):
 
 class TooManyQuestions(ChatError):
     """The user asked more than KB_ASKS_PER_MINUTE questions in the last minute."""
+
+
+class QueueUnavailable(ChatError):
+    """The answer's job could not be queued (the broker is out of reach); the question is kept, its answer
+    failed with the reason."""
+
+
+QUEUE_DOWN = "The answer queue is unavailable, so this question was not answered; ask again in a moment."
 
 
 @dataclass(frozen=True)
@@ -78,10 +87,19 @@ def question_ask(*, user: Any, question: str, conversation_id: int | None = None
     for event in events:
         transaction.on_commit(partial(publish, conversation.pk, event))
     if enqueue:
-        from chat.tasks import answer_message
-
-        transaction.on_commit(partial(answer_message.delay, answer.pk, str(answer.job_id)))
+        transaction.on_commit(partial(_answer_send, answer))
     return Asked(conversation, asked, answer)
+
+
+def _answer_send(answer: Message) -> None:
+    """Queue the answer's job. When the broker does not take it (Redis restarting) the answer fails now,
+    with the reason, rather than waiting out its lease as a pending answer that nothing will produce."""
+    from chat.tasks import answer_message
+
+    if not queues.send(answer_message, answer.pk, str(answer.job_id)):
+        _fail_lost(answer.pk, answer.conversation_id, Message.Status.PENDING, reason="not queued", told=QUEUE_DOWN,
+                   now=timezone.now())
+        raise QueueUnavailable(QUEUE_DOWN)
 
 
 def _check_rate(user: Any) -> None:
@@ -198,12 +216,12 @@ def answer_job_lost(*, message_id: int, job_id: str | None) -> bool:
     return found is not None and _fail_lost(message_id, found[0], found[1], reason="worker lost", now=timezone.now())
 
 
-def _fail_lost(pk: int, conversation_id: int, status: str, *, reason: str, now: datetime) -> bool:
+def _fail_lost(pk: int, conversation_id: int, status: str, *, reason: str, now: datetime, told: str = LOST) -> bool:
     # Conditional on the status read: a worker that finishes it meanwhile wins.
     if not Message.objects.filter(pk=pk, status=status).update(status=Message.Status.FAILED,
-                                                               error=f"{reason}: {LOST}", finished_at=now):
+                                                               error=f"{reason}: {told}", finished_at=now):
         return False
-    publish(conversation_id, {"type": "error", "error": LOST, "message": pk})
+    publish(conversation_id, {"type": "error", "error": told, "message": pk})
     return True
 
 

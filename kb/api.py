@@ -35,6 +35,13 @@ def _too_many(request: HttpRequest, exc: Exception) -> HttpResponse:
     return api.create_response(request, {"detail": str(exc)}, status=429)
 
 
+@api.exception_handler(chat_services.QueueUnavailable)
+def _queue_unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
+    response = api.create_response(request, {"detail": str(exc)}, status=503)
+    response["Retry-After"] = outage.RETRY_AFTER
+    return response
+
+
 @api.exception_handler(chat_services.ChatError)
 def _rejected(request: HttpRequest, exc: Exception) -> HttpResponse:
     return api.create_response(request, {"detail": str(exc)}, status=422)

@@ -17,6 +17,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from accounts.acl import document_stage_acl, document_sync_acl
+from kb import queues
 from kb.ingest.extract import UnsupportedFile, detect_mime
 from kb.models import Chunk, Document, Folder
 from kb.selectors import documents_replaceable
@@ -134,10 +135,12 @@ def document_upload(
 
 
 def _enqueue(ids: list[int]) -> None:
+    """After commit. A job the broker does not take (Redis restarting) leaves its document queued: the
+    upload still succeeds, and the sweeper sends the job again once its lease runs out."""
     from kb.tasks import ingest_document
 
     for pk in ids:
-        transaction.on_commit(partial(ingest_document.delay, pk))
+        transaction.on_commit(partial(queues.send, ingest_document, pk))
 
 
 def document_queue_ingest(*, documents: QuerySet[Document]) -> int:

@@ -11,7 +11,9 @@ from kb.celery import when_job_lost
 # The soft limit raises inside the pipeline, which records why; the hard one (prefork pools) kills a
 # stuck parser. A job whose pool process is lost or killed is acknowledged and reported to
 # _ingest_job_lost, which queues the document again or fails it after KB_INGEST_MAX_ATTEMPTS tries.
-@shared_task(name="kb.ingest_document", acks_late=True, reject_on_worker_lost=False,
+# The document's row is the record, so the job keeps no result: sending one then needs the broker only
+# (a result would also subscribe the sender to a Redis channel per job).
+@shared_task(name="kb.ingest_document", acks_late=True, reject_on_worker_lost=False, ignore_result=True,
              soft_time_limit=settings.KB_INGEST_TIME_LIMIT, time_limit=settings.KB_INGEST_TIME_LIMIT + 60)
 def ingest_document(document_id: int) -> str:
     from kb.events import document_indexed

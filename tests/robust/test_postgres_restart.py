@@ -55,14 +55,17 @@ def isolated_env(var_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def prepare(env: dict[str, str]) -> tuple[str, str]:
-    """Migrate the drill's database; a new user's API token and the cookie of a browser session of theirs."""
+def prepare(env: dict[str, str], *, admin: bool = False) -> tuple[str, str]:
+    """Migrate the drill's database; a new user's API token (every scope for an admin) and the cookie of
+    a browser session of theirs."""
     script = (
         "from django.core.management import call_command; call_command('migrate', verbosity=0)\n"
         "from django.contrib.auth.models import User; from django.test import Client\n"
-        "from accounts.tokens import token_create\n"
-        "user = User.objects.create_user('drill'); browser = Client(); browser.force_login(user)\n"
-        "print(token_create(user=user)[1], browser.cookies['sessionid'].value)"
+        "from accounts.models import Scope; from accounts.tokens import token_create\n"
+        f"user = User.objects.{'create_superuser' if admin else 'create_user'}('drill')\n"
+        "browser = Client(); browser.force_login(user)\n"
+        f"print(token_create(user=user, scopes={'list(Scope)' if admin else '(Scope.SEARCH, Scope.ASK)'})[1], "
+        "browser.cookies['sessionid'].value)"
     )
     done = subprocess.run([sys.executable, "manage.py", "shell", "-c", script], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
