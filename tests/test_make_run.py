@@ -67,6 +67,36 @@ async def _library_row(ws_url: str, origin: str, cookie: str | None) -> dict[str
         return refused.response.status_code
 
 
+def _wait_healthy(base: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(base + "healthz", timeout=30) as health:
+                assert health.status == 200 and json.load(health)["ok"] is True
+                return
+        except (urllib.error.URLError, OSError) as exc:  # a 503 (HTTPError), refused, reset, timed out
+            if time.monotonic() > deadline:
+                detail = exc.read()[:500] if isinstance(exc, urllib.error.HTTPError) else exc
+                pytest.fail(f"/healthz not ok within {timeout:.0f}s: {detail!r}")
+            time.sleep(1)
+
+
+def _wait_for_text(log: Path, text: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text(errors="replace"):
+        if time.monotonic() > deadline:
+            pytest.fail(f"make run never said {text!r}:\n{log.read_text()[-3000:]}")
+        time.sleep(0.5)
+
+
+def _child(launcher: int, name: str) -> psutil.Process:
+    """The launcher's live child process whose command line names `name`."""
+    for process in psutil.Process(launcher).children(recursive=True):
+        if name in " ".join(process.cmdline()) and process.status() != psutil.STATUS_ZOMBIE:
+            return process
+    pytest.fail(f"no {name} process under the launcher")
+
+
 def _our_processes(var_dir: Path, pids: set[int]) -> list[psutil.Process]:
     alive = []
     for process in psutil.process_iter(["pid", "cmdline"]):
@@ -100,17 +130,7 @@ def test_make_run_serves_the_app_and_leaves_nothing_behind(tmp_path: Path) -> No
 
         with urllib.request.urlopen(base + "accounts/login/") as page:
             assert page.status == 200 and b'name="password"' in page.read()
-        deadline = time.monotonic() + 120
-        while True:  # the worker may still be loading the model when the web side is up
-            try:
-                with urllib.request.urlopen(base + "healthz") as health:
-                    assert health.status == 200
-                    assert json.load(health)["ok"] is True
-                    break
-            except urllib.error.HTTPError as exc:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"/healthz stayed {exc.code}: {exc.read()[:500]!r}")
-                time.sleep(2)
+        _wait_healthy(base, 120)  # the worker may still be loading the model when the web side is up
 
         _, jar = _login(base, "alice")
         cookie = "; ".join(f"{c.name}={c.value}" for c in jar)
@@ -119,6 +139,19 @@ def test_make_run_serves_the_app_and_leaves_nothing_behind(tmp_path: Path) -> No
         row = asyncio.run(_library_row(ws_url, origin, cookie))
         assert isinstance(row, dict) and row["type"] == "document" and row["status"] == "ready"
         assert asyncio.run(_library_row(ws_url, origin, None)) == 4401
+
+        # Crashes heal: a killed web server and a killed PostgreSQL are started again, and the app answers.
+        daphne = _child(launcher.pid, "daphne")
+        daphne.kill()
+        _wait_for_text(log, "the web server (Daphne) exited with status -9; starting it again", 30)
+        _wait_healthy(base, 90)
+        assert _child(launcher.pid, "daphne").pid != daphne.pid
+        postmaster = psutil.Process(int((var_dir / "pg" / "postmaster.pid").read_text().split()[0]))
+        postmaster.kill()
+        _wait_for_text(log, "The embedded postgres server had stopped; started it again.", 60)
+        _wait_healthy(base, 60)
+        row = asyncio.run(_library_row(ws_url, origin, cookie))  # the session outlived both crashes
+        assert isinstance(row, dict) and row["status"] == "ready"
 
         root = psutil.Process(launcher.pid)
         seen = {p.pid for p in root.children(recursive=True)} | {launcher.pid}

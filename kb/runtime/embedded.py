@@ -338,6 +338,12 @@ def _live_users(path: Path) -> list[int]:
     return [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
 
 
+def start(name: str, root: Path | None = None) -> Service:
+    """Start server `name` unless it is running (`started_here` says which), registering no user: for a
+    user that already holds it and finds it gone (kb.runtime.launcher heals a crashed server)."""
+    return _CONTROL[name][0](root or var_dir())
+
+
 def use(name: str, root: Path | None = None) -> Service:
     """Start or reuse the embedded server `name` and register this process as one of its users."""
     root = root or var_dir()

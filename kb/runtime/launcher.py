@@ -4,6 +4,8 @@ Everything started here is stopped here: children run in their own process group
 so the launcher decides the order (web and worker first, then Redis and PostgreSQL).
 SIGINT, SIGTERM and SIGHUP (a closed terminal) all stop it the same way, and if the
 launcher itself dies before it is done (SIGKILL), kb.runtime.lifeline stops what it left.
+While it runs it heals what crashes: a child that dies (the OOM killer, a SIGKILL) is started
+again, and so is an embedded server it owns; a child that keeps dying stops the whole app.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import cast
 
 from kb import queues
 from kb.runtime import embedded
@@ -26,6 +27,10 @@ from kb.runtime.lifeline import Lifeline, die_with_parent
 from kb.runtime.preflight import service_problems
 
 STOP_GRACE_SECONDS = 10.0
+CRASH_LOOP = 5  # deaths of one child within CRASH_WINDOW that stop the app instead of another restart
+CRASH_WINDOW = 120.0  # seconds
+RESTART_DELAY = 1.0  # seconds before a dead child is started again
+SERVICE_CHECK_SECONDS = 2.0  # how often the embedded servers the launcher owns are checked
 
 DEMO_LOGINS = (
     ("admin", "admin", "administrator (all documents, admin site)"),
@@ -86,13 +91,30 @@ def stop_process_groups(processes: Sequence[subprocess.Popen[bytes]], grace: flo
 
 
 @dataclass
+class Child:
+    """A process the launcher keeps running, with what it takes to start it again."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    niceness: int
+    process: subprocess.Popen[bytes]
+    deaths: list[float] = field(default_factory=list)
+
+    def crash_looping(self, now: float) -> bool:
+        self.deaths = [t for t in self.deaths if now - t < CRASH_WINDOW] + [now]
+        return len(self.deaths) >= CRASH_LOOP
+
+
+@dataclass
 class Launcher:
     host: str
     port: int
     env: dict[str, str]
     lifeline: Lifeline
-    children: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    children: list[Child] = field(default_factory=list)
     owned: list[str] = field(default_factory=list)
+    unstartable: set[str] = field(default_factory=set)
 
     def own(self, name: str) -> str:
         """Start or reuse embedded server `name`; its URL. Left again on shutdown, or by the lifeline."""
@@ -106,36 +128,67 @@ class Launcher:
         if result.returncode != 0:
             raise LaunchError(f"`manage.py {' '.join(args)}` failed with status {result.returncode}")
 
-    def spawn(self, argv: Sequence[str], env: dict[str, str] | None = None, niceness: int = 0) -> subprocess.Popen[bytes]:
+    def _popen(self, argv: Sequence[str], env: dict[str, str], niceness: int) -> subprocess.Popen[bytes]:
         def prepare() -> None:
             die_with_parent()
             if niceness:
                 os.nice(niceness)
 
-        process = subprocess.Popen(
-            list(argv), env={**self.env, **(env or {})}, start_new_session=True, preexec_fn=prepare
-        )
-        self.children.append(process)
+        process = subprocess.Popen(list(argv), env={**self.env, **env}, start_new_session=True, preexec_fn=prepare)
         self.lifeline.guard_group(process.pid)
         return process
 
+    def spawn(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None, niceness: int = 0) -> Child:
+        child = Child(name, list(argv), env or {}, niceness, self._popen(argv, env or {}, niceness))
+        self.children.append(child)
+        return child
+
     def start(self) -> None:
-        web = self.spawn(web_argv(self.host, self.port), env=query_environment())
+        web = self.spawn("the web server (Daphne)", web_argv(self.host, self.port), env=query_environment())
         for worker in workers():
-            self.spawn(worker.argv(), env=worker.env, niceness=worker.niceness)
-        wait_for_port(self.host, self.port, 60, web)
+            self.spawn(f"the {worker.queue} worker", worker.argv(), env=worker.env, niceness=worker.niceness)
+        wait_for_port(self.host, self.port, 60, web.process)
 
     def watch(self) -> int:
-        """Block until a signal or a child's death; the exit status for the launcher."""
+        """Block until a signal, healing what crashes meanwhile; 1 when a child keeps dying."""
+        checked = time.monotonic()
         while True:
-            for process in self.children:
-                if process.poll() is not None:
-                    say(f"\n{cast(list[str], process.args)[2]} exited with status {process.returncode}; stopping.")
+            for child in self.children:
+                if child.process.poll() is None:
+                    continue
+                status = child.process.returncode
+                if child.crash_looping(time.monotonic()):
+                    say(f"\n{child.name} exited with status {status} {CRASH_LOOP} times in "
+                        f"{CRASH_WINDOW:.0f} s; stopping.")
                     return 1
+                say(f"\n{child.name} exited with status {status}; starting it again.")
+                self.restart(child)
+            if time.monotonic() - checked >= SERVICE_CHECK_SECONDS:
+                self.heal_services()
+                checked = time.monotonic()
             time.sleep(0.5)
 
+    def restart(self, child: Child) -> None:
+        """What the dead process left in its group (a worker's pool processes) goes first."""
+        stop_process_groups([child.process], grace=0)
+        time.sleep(RESTART_DELAY)
+        child.process = self._popen(child.argv, child.env, child.niceness)
+
+    def heal_services(self) -> None:
+        """Start again an embedded server that died under the app (on its previous port, so the running
+        processes find it): until then requests answer 503, after it they succeed."""
+        for name in self.owned:
+            try:
+                if embedded.start(name).started_here:
+                    say(f"\nThe embedded {name} server had stopped; started it again.")
+                self.unstartable.discard(name)
+            except embedded.EmbeddedServiceError as exc:
+                if name not in self.unstartable:  # said once; tried again at every check
+                    say(f"\nThe embedded {name} server stopped and does not start again yet: {exc}")
+                self.unstartable.add(name)
+
     def shutdown(self) -> None:
-        stop_process_groups(self.children)
+        stop_process_groups([child.process for child in self.children])
         self.children.clear()
         for name in reversed(self.owned):
             embedded.leave(name)
