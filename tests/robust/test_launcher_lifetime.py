@@ -19,6 +19,8 @@ import psutil
 import pytest
 
 from kb.runtime.embedded import free_port
+from kb.runtime.launcher import CRASH_LOOP, Launcher
+from kb.runtime.lifeline import Lifeline
 from tests.conftest import OUTPUT, ROOT
 from tests.test_make_run import _our_processes, _wait_for_line
 
@@ -76,3 +78,18 @@ def test_nothing_outlives_the_launcher(tmp_path: Path, end: Callable[[subprocess
             launcher.kill()
         for process in _our_processes(var_dir, pids):
             process.kill()
+
+
+def test_a_child_that_keeps_dying_stops_the_app_after_a_few_restarts(capsys: pytest.CaptureFixture[str]) -> None:
+    """A crash is healed by a restart (test_make_run kills Daphne and PostgreSQL); a crash loop is not
+    hidden behind endless restarts: after CRASH_LOOP deaths in CRASH_WINDOW the launcher stops, saying why."""
+    launcher = Launcher(host="127.0.0.1", port=free_port(), env=dict(os.environ), lifeline=Lifeline.start())
+    try:
+        launcher.spawn("the flaky worker", [sys.executable, "-c", "raise SystemExit(3)"])
+        assert launcher.watch() == 1
+    finally:
+        launcher.shutdown()
+        launcher.lifeline.release()
+    said = capsys.readouterr().out
+    assert said.count("the flaky worker exited with status 3; starting it again.") == CRASH_LOOP - 1, said
+    assert f"the flaky worker exited with status 3 {CRASH_LOOP} times in" in said and "stopping" in said, said
