@@ -92,9 +92,18 @@ def stored_pieces(sources: Sequence[Source], texts: Sequence[str], numbers: Sequ
     found: list[np.ndarray | None] = []
     for ids, number in zip(wanted, numbers, strict=True):
         chunks = runs.get(number, [])
-        run = _run_of(ids, chunks)
-        found.append(run if run is not None else _aligned(ids, chunks))
+        found.append(_located(ids, chunks))
     return found
+
+
+def _located(ids: list[int], chunks: list[_Pieces]) -> np.ndarray | None:
+    """The sentence's vectors: as one run of a chunk, else aligned piece by piece in one chunk, else in
+    runs over several chunks (longer than one chunk); None when none of these finds it."""
+    for locate in (_run_of, _aligned, _spanning):
+        vectors = locate(ids, chunks)
+        if vectors is not None:
+            return vectors
+    return None
 
 
 @dataclass(frozen=True)
@@ -141,9 +150,14 @@ def _aligned(ids: list[int], chunks: list[_Pieces]) -> np.ndarray | None:
     for chunk in chunks:
         chunk_ids = chunk.ids
         for first in range(min(3, len(ids))):
+            if len(best) >= len(ids) - first:
+                break  # no walk from here finds more than the best one (the walks on a long table took 100+ ms)
             for at in _positions(chunk.text, ids[first]):
                 taken, nxt = [at], at + 1
-                for token in ids[first + 1:]:
+                rest = ids[first + 1:]
+                for k, token in enumerate(rest):
+                    if len(taken) + len(rest) - k <= len(best):
+                        break  # this walk can no longer beat the best one
                     window = chunk_ids[nxt : nxt + ALIGN_GAP]
                     if token in window:
                         nxt += window.index(token)
@@ -154,6 +168,41 @@ def _aligned(ids: list[int], chunks: list[_Pieces]) -> np.ndarray | None:
     if best_vectors is None or len(best) < max(2, ALIGN_SHARE * len(ids)):
         return None
     return best_vectors[best]
+
+
+SPAN_PART = 8  # word pieces: each part of a sentence found in one chunk but the last is at least this long
+
+
+def _spanning(ids: list[int], chunks: list[_Pieces]) -> np.ndarray | None:
+    """The vectors of a sentence longer than a chunk (a long code block cut over two or three chunks):
+    the longest run of its first pieces in any chunk, then of the pieces after those, and so on.
+    Without this such a sentence was encoded on the spot: ~60 ms a sentence here."""
+    parts: list[np.ndarray] = []
+    rest = _as_text(ids)
+    while rest:
+        length, vectors = 0, None
+        for chunk in chunks:
+            found = _longest_prefix(rest, chunk.text)
+            if found > length:
+                at = chunk.text.find(rest[:found])
+                length, vectors = found, chunk.vectors[at : at + found]
+        if vectors is None or (length < SPAN_PART and length < len(rest)):
+            return None
+        parts.append(vectors)
+        rest = rest[length:]
+    return np.concatenate(parts)
+
+
+def _longest_prefix(wanted: str, text: str) -> int:
+    """How many of `wanted`'s first characters (word pieces) occur together in `text`."""
+    low, high = 0, len(wanted)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if wanted[:middle] in text:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def score(question: str, texts: Sequence[str], ranks: Sequence[int], contexts: Sequence[str] | None = None,

@@ -8,6 +8,8 @@ import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chat.backends.extractive import HOW_TO, ExtractiveBackend, sentences, units
 from chat.prompts import Source, build_prompt
@@ -161,6 +163,21 @@ Choose <span class="menuItems">File</span> → <span class="menuItems">Export</s
 """
 
 
+def encodings(monkeypatch: Any) -> list[str]:
+    """Every text the embedding model is asked to encode into word-piece vectors from now on."""
+    from kb.ingest import embedding
+
+    encoded: list[str] = []
+    real = embedding.token_vectors
+
+    def spy(texts: list[str]) -> Any:
+        encoded.extend(texts)
+        return real(texts)
+
+    monkeypatch.setattr(embedding, "token_vectors", spy)
+    return encoded
+
+
 def test_sentences_are_scored_with_their_chunks_stored_vectors_not_encoded_again(monkeypatch: Any) -> None:
     """An answer encodes only the question: each sentence's word pieces are a run of its chunk's stored
     pieces (the ingest pass's contextual vectors). A table row rejoined with dashes, or a sentence whose
@@ -197,14 +214,7 @@ def test_sentences_are_scored_with_their_chunks_stored_vectors_not_encoded_again
         assert rows == sorted(rows) and [ids[i] for i in rows] == [t for t in wanted if t in ids[rows[0]:rows[-1] + 1]]
     assert cleaned == 3, "the two table rows and the sentence with <span> tags are not runs of the chunk"
 
-    encoded: list[list[str]] = []
-    real = embedding.token_vectors
-
-    def spy(texts: list[str]) -> Any:
-        encoded.append(list(texts))
-        return real(texts)
-
-    monkeypatch.setattr(embedding, "token_vectors", spy)
+    encoded = encodings(monkeypatch)
     prompt = build_prompt(question="Which formats does the Export dialog offer?", intent=SCREEN, sources=[src])
     text = "".join(ExtractiveBackend().generate(prompt))
     assert text.startswith("The Export button opens the Export dialog, which has two tabs, CSV and PDF [1]."), text
@@ -242,3 +252,77 @@ def test_sentences_are_found_by_the_piece_ids_stored_at_ingest_and_older_chunks_
     without = scoring.stored_pieces([src], texts, [1] * len(texts))
     assert chunk.text in tokenized
     assert all(a is not None and b is not None and (a == b).all() for a, b in zip(with_ids, without, strict=True))
+
+
+def test_a_code_block_longer_than_a_chunk_is_scored_with_the_stored_vectors_of_every_chunk_it_spans(
+        monkeypatch: Any) -> None:
+    """A long code block is cut over several chunks, so it is a run of no single chunk; it used to be
+    encoded on the spot (~60 ms a block here). Its vectors are now the stored runs, chunk after chunk."""
+    from chat import sentences as scoring
+    from kb.ingest import embedding
+    from kb.ingest.pieces import unpack, unpack_ids
+    from kb.models import Chunk
+    from tests.factories import ingested_document
+
+    lines = [f"<string>-Drefine.o{n}=x{n * 7}</string>" for n in range(40)]  # ~0.5 word pieces a character
+    text = "# Running\n\n## Options\n\nSet these in refine.ini:\n\n```\n" + "\n".join(lines) + "\n```\n"
+    document = ingested_document(text, name="running.md")
+    chunks = list(Chunk.objects.filter(document=document).order_by("ordinal"))
+    src = Source(number=1, chunk_id=chunks[0].pk, document_id=document.pk, document_title=document.title,
+                 label="Running > Options", text=text, start=min(c.start for c in chunks),
+                 end=max(c.end for c in chunks), page=None, distance=0.2)
+    [code] = [u for u in units(1, src.text) if u.kind == "code"]
+    tokenizer = embedding.model().tokenizer
+    wanted = tokenizer(code.text.removesuffix(" …"), add_special_tokens=False)["input_ids"]
+    holding = [c for c in chunks if set(wanted[:20]) <= set(unpack_ids(c.piece_ids))]
+    assert len(chunks) >= 2 and not any(scoring._as_text(wanted) in scoring._as_text(unpack_ids(c.piece_ids))
+                                        for c in chunks), "the block must be longer than a chunk for this test"
+    assert holding
+
+    [vectors] = scoring.stored_pieces([src], [code.text], [1])
+    assert vectors is not None and len(vectors) == len(wanted)
+    stored = {tuple(v) for c in chunks for v in unpack(c.late_vectors, embedding.dimensions())}
+    assert all(tuple(v) in stored for v in vectors)  # cut from the chunks' own vectors, none encoded
+
+    encoded = encodings(monkeypatch)
+    "".join(ExtractiveBackend().generate(build_prompt(question="Which string sets refine.o12?",
+                                                      intent=CONCEPT, sources=[src])))
+    assert encoded == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(chunk_ids=st.lists(st.lists(st.integers(1, 6), max_size=40), min_size=1, max_size=3),
+       ids=st.lists(st.integers(1, 7), min_size=1, max_size=25))
+def test_aligning_a_sentence_finds_the_same_pieces_as_trying_every_walk(chunk_ids: list[list[int]],
+                                                                       ids: list[int]) -> None:
+    """`_aligned` stops walks that can no longer beat the best one (a table of Trac markup took 100+ ms);
+    it must pick exactly the pieces the exhaustive search picks."""
+    import numpy as np
+
+    from chat import sentences as scoring
+
+    chunks = [scoring._Pieces(c, scoring._as_text(c), np.arange(len(c), dtype=np.float32).reshape(-1, 1) + 100 * k)
+              for k, c in enumerate(chunk_ids)]
+
+    def exhaustive() -> Any:
+        best: list[int] = []
+        best_vectors = None
+        for chunk in chunks:
+            for first in range(min(3, len(ids))):
+                for at in [i for i, t in enumerate(chunk.ids) if t == ids[first]]:
+                    taken, nxt = [at], at + 1
+                    for token in ids[first + 1:]:
+                        window = chunk.ids[nxt : nxt + scoring.ALIGN_GAP]
+                        if token in window:
+                            nxt += window.index(token)
+                            taken.append(nxt)
+                            nxt += 1
+                    if len(taken) > len(best):
+                        best, best_vectors = taken, chunk.vectors
+        if best_vectors is None or len(best) < max(2, scoring.ALIGN_SHARE * len(ids)):
+            return None
+        return best_vectors[best]
+
+    found, expected = scoring._aligned(ids, chunks), exhaustive()
+    assert (found is None and expected is None) or (found is not None and expected is not None
+                                                    and found.tolist() == expected.tolist())
