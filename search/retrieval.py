@@ -36,6 +36,7 @@ from search.stats import CHUNK_TOTAL_SQL, idf_sql
 WORD = re.compile(r"[A-Za-z0-9][\w'’.-]*[A-Za-z0-9]|[A-Za-z0-9]")
 IDENTIFIER = re.compile(r"-{1,2}[A-Za-z][\w-]+|[A-Za-z0-9_][\w.:/-]*[\w]")
 LIKE_SPECIALS = str.maketrans({"%": r"\%", "_": r"\_", "\\": r"\\"})
+REGEX_SPECIALS = re.compile(r"[.^$*+?()\[\]{}|\\]")  # PostgreSQL's regular expressions take each literally escaped
 # Matching chunks the identifier list reads at most: a short identifier's trigrams match thousands of
 # chunks on a large corpus, each checked against its text (~40 us apiece).
 IDENT_SCAN = 500
@@ -187,12 +188,15 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
             ORDER BY rank DESC LIMIT %(n)s
         ) l""" if lexical else empty
     if idents:
+        # Chunks holding any of the identifiers are found with one case-insensitive regular expression:
+        # ILIKE lower-cases the whole text once per pattern (four patterns over the development corpus took
+        # 34 ms against 8). pg_trgm's index serves either at scale. ILIKE then counts matches on those only.
         matches = " + ".join(f"(c.text ILIKE %(ident{i})s)::int" for i in range(idents))
-        where = " OR ".join(f"c.text ILIKE %(ident{i})s" for i in range(idents))
         ident_sql = f"""
         SELECT id, row_number() OVER (ORDER BY matched DESC, distance, id) AS r FROM (
             SELECT c.id, {matches} AS matched, c.embedding <=> %(vector)s::vector AS distance
-            FROM (SELECT c.id, c.text, c.embedding FROM kb_chunk c WHERE {acl} AND ({where}) LIMIT {IDENT_SCAN}) c
+            FROM (SELECT c.id, c.text, c.embedding FROM kb_chunk c WHERE {acl} AND c.text ~* %(ident_any)s
+                  LIMIT {IDENT_SCAN}) c
             ORDER BY matched DESC, distance LIMIT %(n)s
         ) t"""
     else:
@@ -258,6 +262,7 @@ def _candidate_query(*, principals: list[str], query: str, vector: np.ndarray,
         "w_lexical": options.weight_lexical,
         "w_ident": options.weight_ident,
         **{f"ident{i}": f"%{token.translate(LIKE_SPECIALS)}%" for i, token in enumerate(idents)},
+        "ident_any": "|".join(REGEX_SPECIALS.sub(r"\\\g<0>", token) for token in idents),
     }
     return _candidate_sql(dense=options.dense, lexical=bool(lexical), idents=len(idents)), params
 
