@@ -10,6 +10,7 @@ retrieval ranked higher.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -139,7 +140,13 @@ def _positions(text: str, token: int) -> Iterator[int]:
 
 
 ALIGN_GAP = 12  # chunk pieces that may lie between two found pieces (a cell's "|", a dropped <span class="…">)
-ALIGN_SHARE = 0.6  # of the sentence's pieces that must be found (a row's " — " never are)
+ALIGN_SHARE = 0.6  # of the sentence's pieces that must be found, ROW_JOINER's not counted (the chunk has none)
+ROW_JOINER = " — "  # what a table row's cells are joined with in a sentence (chat.backends.extractive.units)
+
+
+@functools.cache
+def _joiner_ids() -> frozenset[int]:
+    return frozenset(embedding.model().tokenizer(ROW_JOINER, add_special_tokens=False)["input_ids"])
 
 
 def _aligned(ids: list[int], chunks: list[_Pieces]) -> np.ndarray | None:
@@ -165,7 +172,8 @@ def _aligned(ids: list[int], chunks: list[_Pieces]) -> np.ndarray | None:
                         nxt += 1
                 if len(taken) > len(best):
                     best, best_vectors = taken, chunk.vectors
-    if best_vectors is None or len(best) < max(2, ALIGN_SHARE * len(ids)):
+    findable = len([t for t in ids if t not in _joiner_ids()])  # a short row of many cells is half dashes
+    if best_vectors is None or len(best) < max(2, ALIGN_SHARE * findable):
         return None
     return best_vectors[best]
 

@@ -123,7 +123,7 @@ def units(number: int, text: str) -> list[Unit]:
             continue
         if stripped.startswith("|"):
             kind = "row"
-            stripped = " — ".join(cell.strip() for cell in stripped.strip("|").split("|") if cell.strip())
+            stripped = scoring.ROW_JOINER.join(cell.strip() for cell in stripped.strip("|").split("|") if cell.strip())
         elif BULLET.match(stripped):
             kind = "step" if NUMBERED.match(stripped) else "item"
             stripped = BULLET.sub("", stripped)

@@ -40,14 +40,19 @@ def test_a_question_is_encoded_once_for_retrieval_and_its_answer(monkeypatch: An
     " ".join(["the retention period of audit logs in the admin console"] * 40),  # past the 256-piece limit
 ])
 def test_the_traced_query_encoder_gives_what_the_model_gives(text: str) -> None:
-    """The frozen graph must be the same function as the model, at any length (traced on one example)."""
+    """The frozen graph must be the same function as the model, at any length (traced on one example):
+    for a question, and for the few sentences an answer has to encode (`token_vectors` of a few texts)."""
     embedding.embed_query.cache_clear()
     vector, pieces = embedding.embed_query(text)
     [expected] = embedding.embed([text])
-    [expected_pieces] = embedding.token_vectors([text])
-    assert pieces.shape == expected_pieces.shape
+    [hidden] = embedding.model().encode([text], output_value="token_embeddings", convert_to_numpy=False,
+                                        show_progress_bar=False)
+    expected_pieces = embedding._unit_pieces(hidden)
+    [few_pieces] = embedding.token_vectors([text])
+    assert pieces.shape == expected_pieces.shape == few_pieces.shape
     assert np.abs(vector - expected).max() < 1e-4
     assert np.abs(pieces - expected_pieces).max() < 1e-4
+    assert np.abs(few_pieces - expected_pieces).max() < 1e-4
 
 
 def test_the_query_vector_matches_the_passage_encoding_of_the_same_text() -> None:
