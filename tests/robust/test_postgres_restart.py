@@ -127,55 +127,70 @@ def traffic(base: str, clients: list[Caller]) -> Iterator[Traffic]:
             thread.join(90)
 
 
-def test_requests_fail_cleanly_while_postgresql_restarts_and_succeed_after(tmp_path: Path) -> None:
+@dataclass(frozen=True)
+class Drill:
+    var_dir: Path
+    base: str
+    token: str
+    session: str
+    web: subprocess.Popen[str]
+
+
+@contextmanager
+def drill(tmp_path: Path, name: str, *, admin: bool = False) -> Iterator[Drill]:
+    """A real Daphne on embedded servers of its own, which the test may stop and start, with a user's token
+    and session. The test holds the servers itself, so the processes it starts reuse them."""
     var_dir = tmp_path / "var"
     var_dir.mkdir()
-    # The test holds the drill's servers itself, so the processes it starts reuse them and leave them running.
     embedded.use("postgres", var_dir)
     embedded.use("redis", var_dir)
     try:
         env = isolated_env(var_dir)
-        token, session = prepare(env)
-        clients = callers(token, session)
+        token, session = prepare(env, admin=admin)
         port = free_port()
-        base = f"http://127.0.0.1:{port}"
         argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "kb.asgi:application"]
-        with child("pg-restart-daphne", argv, env) as web:
+        with child(name, argv, env) as web:
             wait_until(lambda: listening(port), "daphne", [web])
-            assert all(call(base, caller).status == 200 for caller in clients)
-            with traffic(base, clients) as seen:
-                time.sleep(3)
-                stopped_at = time.monotonic()
-                embedded.stop_postgres(var_dir)
-                time.sleep(OUTAGE)
-                restarted_at = time.monotonic()
-                embedded.start_postgres(var_dir)
-                deadline = time.monotonic() + 60
-                while time.monotonic() < deadline and not any(c.began > restarted_at and c.status == 200
-                                                              for c in seen.calls):
-                    time.sleep(0.5)
-                time.sleep(3)
+            yield Drill(var_dir, f"http://127.0.0.1:{port}", token, session, web)
             assert web.poll() is None, "Daphne died"
-
-        before = [c for c in seen.calls if c.began + c.seconds < stopped_at]
-        outage = [c for c in seen.calls if c.status != 200]
-        after = [c for c in seen.calls if c.began > restarted_at]
-        summary = f"{len(seen.calls)} calls, {len(after)} after the restart; not 200: " + ", ".join(
-            f"{c.path} {c.status} at {c.began - stopped_at:+.1f} s took {c.seconds:.1f} s" for c in outage)
-        assert before and all(c.status == 200 for c in before), summary
-        assert outage, f"the outage was never seen: {summary}"
-        assert {c.path for c in outage} == {c.path for c in clients}, summary  # the page met the outage too
-        for c in outage:  # a request that could not ride the outage out says so: JSON from the API, a page else
-            assert c.status == 503 and "Traceback" not in c.body, (c, summary)
-            if c.path.startswith("/api/"):
-                assert c.content_type.startswith("application/json"), (c, summary)
-                assert "unavailable" in json.loads(c.body)["detail"], (c, summary)
-            else:
-                assert c.content_type.startswith("text/html") and "Temporarily unavailable" in c.body, (c, summary)
-        assert max(c.seconds for c in seen.calls) < SLOWEST_ANSWER, summary  # nothing hangs
-        recovered = [c.began for c in after if c.status == 200]
-        assert recovered and min(recovered) - restarted_at < 20, summary
-        assert all(c.status == 200 for c in after if c.began >= min(recovered)), summary  # and stays up
     finally:
         embedded.leave("postgres", var_dir)
         embedded.leave("redis", var_dir)
+
+
+def test_requests_fail_cleanly_while_postgresql_restarts_and_succeed_after(tmp_path: Path) -> None:
+    with drill(tmp_path, "pg-restart-daphne") as server:
+        clients = callers(server.token, server.session)
+        assert all(call(server.base, caller).status == 200 for caller in clients)
+        with traffic(server.base, clients) as seen:
+            time.sleep(3)
+            stopped_at = time.monotonic()
+            embedded.stop_postgres(server.var_dir)
+            time.sleep(OUTAGE)
+            restarted_at = time.monotonic()
+            embedded.start_postgres(server.var_dir)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not any(c.began > restarted_at and c.status == 200
+                                                          for c in seen.calls):
+                time.sleep(0.5)
+            time.sleep(3)
+
+    before = [c for c in seen.calls if c.began + c.seconds < stopped_at]
+    outage = [c for c in seen.calls if c.status != 200]
+    after = [c for c in seen.calls if c.began > restarted_at]
+    summary = f"{len(seen.calls)} calls, {len(after)} after the restart; not 200: " + ", ".join(
+        f"{c.path} {c.status} at {c.began - stopped_at:+.1f} s took {c.seconds:.1f} s" for c in outage)
+    assert before and all(c.status == 200 for c in before), summary
+    assert outage, f"the outage was never seen: {summary}"
+    assert {c.path for c in outage} == {c.path for c in clients}, summary  # the page met the outage too
+    for c in outage:  # a request that could not ride the outage out says so: JSON from the API, a page else
+        assert c.status == 503 and "Traceback" not in c.body, (c, summary)
+        if c.path.startswith("/api/"):
+            assert c.content_type.startswith("application/json"), (c, summary)
+            assert "unavailable" in json.loads(c.body)["detail"], (c, summary)
+        else:
+            assert c.content_type.startswith("text/html") and "Temporarily unavailable" in c.body, (c, summary)
+    assert max(c.seconds for c in seen.calls) < SLOWEST_ANSWER, summary  # nothing hangs
+    recovered = [c.began for c in after if c.status == 200]
+    assert recovered and min(recovered) - restarted_at < 20, summary
+    assert all(c.status == 200 for c in after if c.began >= min(recovered)), summary  # and stays up

@@ -13,7 +13,6 @@ Before: both requests were 500 pages, and the answer stayed pending until its le
 from __future__ import annotations
 
 import json
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -23,8 +22,7 @@ from typing import Any
 import pytest
 
 from kb.runtime import embedded
-from tests.chat.test_e2e_daphne import child, free_port, listening, wait_until
-from tests.robust.test_postgres_restart import isolated_env, prepare
+from tests.robust.test_postgres_restart import drill
 from tests.robust.test_zoo import Specimen, multipart
 
 pytestmark = pytest.mark.slow
@@ -47,43 +45,29 @@ def request(base: str, token: str, method: str, path: str, body: bytes | None = 
 
 
 def test_asking_and_uploading_while_redis_is_down_fail_cleanly_and_lose_nothing(tmp_path: Path) -> None:
-    var_dir = tmp_path / "var"
-    var_dir.mkdir()
-    embedded.use("postgres", var_dir)
-    embedded.use("redis", var_dir)
-    try:
-        env = isolated_env(var_dir)
-        token, _ = prepare(env, admin=True)
-        port = free_port()
-        base = f"http://127.0.0.1:{port}"
-        argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "kb.asgi:application"]
-        with child("redis-outage-daphne", argv, env) as web:
-            wait_until(lambda: listening(port), "daphne", [web])
-            ask = json.dumps({"question": "How many days of holiday do we get?"}).encode()
-            status, _, body, _ = request(base, token, "POST", "/api/ask", ask)
-            assert status == 202, body  # with Redis up, the answer is queued
-            embedded.stop_redis(var_dir)
+    with drill(tmp_path, "redis-outage-daphne", admin=True) as server:
+        base, token = server.base, server.token
+        ask = json.dumps({"question": "How many days of holiday do we get?"}).encode()
+        status, _, body, _ = request(base, token, "POST", "/api/ask", ask)
+        assert status == 202, body  # with Redis up, the answer is queued
+        embedded.stop_redis(server.var_dir)
 
-            status, headers, body, seconds = request(base, token, "POST", "/api/ask", ask)
-            assert status == 503 and headers.get("Retry-After"), body
-            assert "ask again" in body["detail"] and seconds < FAST, (body, seconds)
-            # The question is kept, and its answer says why it failed instead of pending until its lease runs out.
-            status, _, listed, _ = request(base, token, "GET", "/api/conversations")
-            assert status == 200 and len(listed) == 2, listed
-            status, _, conversation, _ = request(base, token, "GET", f"/api/conversations/{listed[0]['id']}")
-            question, answer = conversation["messages"][-2:]
-            assert question["text"] == "How many days of holiday do we get?", conversation
-            assert answer["status"] == "failed" and "ask again" in answer["error"], answer
+        status, headers, body, seconds = request(base, token, "POST", "/api/ask", ask)
+        assert status == 503 and headers.get("Retry-After"), body
+        assert "ask again" in body["detail"] and seconds < FAST, (body, seconds)
+        # The question is kept, and its answer says why it failed instead of pending until its lease runs out.
+        status, _, listed, _ = request(base, token, "GET", "/api/conversations")
+        assert status == 200 and len(listed) == 2, listed
+        status, _, conversation, _ = request(base, token, "GET", f"/api/conversations/{listed[0]['id']}")
+        question, answer = conversation["messages"][-2:]
+        assert question["text"] == "How many days of holiday do we get?", conversation
+        assert answer["status"] == "failed" and "ask again" in answer["error"], answer
 
-            files, content_type = multipart([Specimen("guide.md", b"# Guide\n\nEveryone gets 28 days of holiday.\n",
-                                                      "ready")])
-            status, _, body, seconds = request(base, token, "POST", "/api/documents", files, content_type)
-            assert status in (200, 201) and seconds < FAST, (status, body, seconds)
-            [uploaded] = body["items"]
-            assert uploaded["error"] is None and uploaded["queued"], uploaded
-            status, _, document, _ = request(base, token, "GET", f"/api/documents/{uploaded['document']['id']}")
-            assert status == 200 and document["status"] == "queued", document
-            assert web.poll() is None, "Daphne died"
-    finally:
-        embedded.leave("postgres", var_dir)
-        embedded.leave("redis", var_dir)
+        files, content_type = multipart([Specimen("guide.md", b"# Guide\n\nEveryone gets 28 days of holiday.\n",
+                                                  "ready")])
+        status, _, body, seconds = request(base, token, "POST", "/api/documents", files, content_type)
+        assert status in (200, 201) and seconds < FAST, (status, body, seconds)
+        [uploaded] = body["items"]
+        assert uploaded["error"] is None and uploaded["queued"], uploaded
+        status, _, document, _ = request(base, token, "GET", f"/api/documents/{uploaded['document']['id']}")
+        assert status == 200 and document["status"] == "queued", document
