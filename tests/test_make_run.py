@@ -150,6 +150,8 @@ def test_make_run_serves_the_app_and_leaves_nothing_behind(tmp_path: Path) -> No
         postmaster.kill()
         _wait_for_text(log, "The embedded postgres server had stopped; started it again.", 60)
         _wait_healthy(base, 60)
+        said = log.read_text(errors="replace")
+        assert said.count("had stopped; started it again") == 1 and "redis server" not in said  # only the dead one
         row = asyncio.run(_library_row(ws_url, origin, cookie))  # the session outlived both crashes
         assert isinstance(row, dict) and row["status"] == "ready"
 

@@ -344,6 +344,18 @@ def start(name: str, root: Path | None = None) -> Service:
     return _CONTROL[name][0](root or var_dir())
 
 
+def process_alive(name: str, root: Path | None = None) -> bool:
+    """Whether server `name`'s process exists, ready or not: a busy Redis that misses a ping, or a
+    PostgreSQL still recovering, is not dead, and starting another would take its pid file."""
+    root = root or var_dir()
+    pid_file = root / "pg" / "postmaster.pid" if name == "postgres" else root / "redis" / "redis.pid"
+    try:
+        pid = int(pid_file.read_text().split()[0])
+    except (OSError, IndexError, ValueError):
+        return False
+    return _alive(pid, "postgres" if name == "postgres" else "redis")
+
+
 def use(name: str, root: Path | None = None) -> Service:
     """Start or reuse the embedded server `name` and register this process as one of its users."""
     root = root or var_dir()

@@ -178,6 +178,8 @@ class Launcher:
         """Start again an embedded server that died under the app (on its previous port, so the running
         processes find it): until then requests answer 503, after it they succeed."""
         for name in self.owned:
+            if embedded.process_alive(name):
+                continue
             try:
                 if embedded.start(name).started_here:
                     say(f"\nThe embedded {name} server had stopped; started it again.")
