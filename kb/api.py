@@ -35,11 +35,15 @@ def _too_many(request: HttpRequest, exc: Exception) -> HttpResponse:
     return api.create_response(request, {"detail": str(exc)}, status=429)
 
 
-@api.exception_handler(chat_services.QueueUnavailable)
-def _queue_unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
-    response = api.create_response(request, {"detail": str(exc)}, status=503)
+def _retry_later(request: HttpRequest, detail: str) -> HttpResponse:
+    response = api.create_response(request, {"detail": detail}, status=503)
     response["Retry-After"] = outage.RETRY_AFTER
     return response
+
+
+@api.exception_handler(chat_services.QueueUnavailable)
+def _queue_unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
+    return _retry_later(request, str(exc))
 
 
 @api.exception_handler(chat_services.ChatError)
@@ -52,9 +56,7 @@ def _database_unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
     """PostgreSQL restarting or out of reach (or the pool out of connections): a short JSON 503 that
     says to retry, not a 500 page; the pool reconnects by itself once the server is back."""
     logger.warning("database unavailable for %s: %s", request.path, exc)
-    response = api.create_response(request, {"detail": outage.MESSAGE}, status=503)
-    response["Retry-After"] = outage.RETRY_AFTER
-    return response
+    return _retry_later(request, outage.MESSAGE)
 
 
 @api.exception_handler(MultiPartParserError)

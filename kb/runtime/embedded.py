@@ -119,16 +119,25 @@ def _pg_system_user() -> str | None:
     return "embedded_postgres"
 
 
-def _pg_running(pgdata: Path) -> tuple[int, int] | None:
-    """(pid, port) of a ready postmaster for `pgdata`, read from its postmaster.pid."""
+def _pg_pid_lines(pgdata: Path) -> list[str] | None:
+    """The lines of a live postmaster's postmaster.pid for `pgdata`, ready or not."""
     try:
         lines = (pgdata / "postmaster.pid").read_text().splitlines()
-        pid, port = int(lines[0]), int(lines[3])
+        pid = int(lines[0])
     except (OSError, IndexError, ValueError):
         return None
-    if len(lines) > 7 and lines[7].strip() != "ready":
+    return lines if _alive(pid, "postgres") else None
+
+
+def _pg_running(pgdata: Path) -> tuple[int, int] | None:
+    """(pid, port) of a ready postmaster for `pgdata`, read from its postmaster.pid."""
+    lines = _pg_pid_lines(pgdata)
+    if lines is None or len(lines) < 4 or (len(lines) > 7 and lines[7].strip() != "ready"):
         return None
-    return (pid, port) if _alive(pid, "postgres") else None
+    try:
+        return int(lines[0]), int(lines[3])
+    except ValueError:
+        return None
 
 
 def _pg_prepare(pgdata: Path, user: str | None) -> None:
@@ -348,12 +357,9 @@ def process_alive(name: str, root: Path | None = None) -> bool:
     """Whether server `name`'s process exists, ready or not: a busy Redis that misses a ping, or a
     PostgreSQL still recovering, is not dead, and starting another would take its pid file."""
     root = root or var_dir()
-    pid_file = root / "pg" / "postmaster.pid" if name == "postgres" else root / "redis" / "redis.pid"
-    try:
-        pid = int(pid_file.read_text().split()[0])
-    except (OSError, IndexError, ValueError):
-        return False
-    return _alive(pid, "postgres" if name == "postgres" else "redis")
+    if name == "redis":
+        return _redis_running(root / "redis") is not None
+    return _pg_pid_lines(root / "pg") is not None
 
 
 def use(name: str, root: Path | None = None) -> Service:
