@@ -119,6 +119,10 @@ KB_SEARCH_CAP = env_int("KB_SEARCH_CAP", 5, minimum=1)  # passages that reach th
 # Once the nearest passage is within the threshold, passages up to threshold + margin may be
 # sources too: the section that answers is often a little farther than one on the same topic.
 KB_SEARCH_SOURCE_MARGIN = env_float("KB_SEARCH_SOURCE_MARGIN", 0.1)
+# A refused question is shown the passages up to threshold + this margin as the closest ones it may read
+# (docs/CHAT.md): the asker who used other words than the documents finds the section; a question from
+# elsewhere, farther than that, is shown none.
+KB_SEARCH_RELATED_MARGIN = env_float("KB_SEARCH_RELATED_MARGIN", 0.15)
 KB_SEARCH_MMR_LAMBDA = env_float("KB_SEARCH_MMR_LAMBDA", 1.0)  # 1.0: relevance only
 KB_SEARCH_DUPLICATE = env_float("KB_SEARCH_DUPLICATE", 0.97)  # cosine similarity that counts as a duplicate
 KB_SEARCH_INTENT_BOOST = env_float("KB_SEARCH_INTENT_BOOST", 0.0)

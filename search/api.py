@@ -50,6 +50,8 @@ class SearchOut(Schema):
     refusal_reason: str | None
     threshold: float
     nearest_distance: float | None
+    related_distance: float = Field(description="Hits at most this far are worth offering as the closest passages "
+                                                "when the question is refused (KB_SEARCH_RELATED_MARGIN)")
     hits: list[HitOut]
 
 
@@ -71,6 +73,7 @@ def search_payload(result: SearchResult, *, raw_scores: bool) -> dict[str, Any]:
         "refusal_reason": result.refusal_reason,
         "threshold": result.threshold,
         "nearest_distance": result.nearest_distance,
+        "related_distance": round(result.related_distance, 4),
         "hits": [
             {
                 "rank": rank,

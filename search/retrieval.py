@@ -124,6 +124,11 @@ class SearchResult:
         return bool(self.passed)
 
     @property
+    def related_distance(self) -> float:
+        """The farthest a passage may be and still be offered beside a refusal as one of the closest."""
+        return self.threshold + float(settings.KB_SEARCH_RELATED_MARGIN)
+
+    @property
     def refusal_reason(self) -> str | None:
         if self.answerable:
             return None

@@ -140,3 +140,16 @@ def test_unrelated_question_is_refused_with_the_reason(corpus: dict[str, Documen
     assert not result.answerable
     assert result.refusal_reason is not None and "above the threshold 0.500" in result.refusal_reason
     assert all(not hit.passed for hit in result.hits)
+
+
+def test_a_refusal_is_offered_passages_on_its_topic_and_none_from_elsewhere(
+    corpus: dict[str, Document], people: dict[str, Any], settings: Any
+) -> None:
+    """The Ask page offers the hits within `related_distance` beside a refusal (docs/CHAT.md)."""
+    settings.KB_SEARCH_RELATED_MARGIN = 0.15
+    elsewhere = hybrid_search(user=people["carol"], query="What is the airspeed velocity of an unladen swallow?")
+    assert elsewhere.related_distance == pytest.approx(elsewhere.threshold + 0.15)
+    assert elsewhere.nearest_distance is not None and elsewhere.nearest_distance > elsewhere.related_distance
+    on_topic = hybrid_search(user=people["carol"], query="When can I pick up a parcel at the Oslo depot on a Sunday?")
+    assert on_topic.hits[0].document_id == corpus["public"].pk
+    assert on_topic.hits[0].distance <= on_topic.related_distance

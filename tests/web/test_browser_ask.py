@@ -130,7 +130,54 @@ def test_carol_never_gets_a_restricted_document_cited(open_page: Any, people: di
     assert not Citation.objects.filter(document=vault).exists()
     if "refused" in page.evaluate("window.__kbAsk.events"):
         assert "No answer in the documents you can read" in text
+        assert not [link for link in closest_links(page) if link.startswith(f"/documents/{vault.pk}/")]
+        assert "ZX-4412" not in page.locator("#answer").inner_text()
     screenshot(page, "ask-refused-carol")
+
+
+# --------------------------------------------------------------------------- (f) beside a refusal
+
+
+def closest_links(page: Any) -> list[str]:
+    """Once the page's search beside the latest refusal has answered: the passages it offers."""
+    page.wait_for_selector("#answer .turn[data-closest]")
+    return [a.get_attribute("href") for a in page.locator("#answer .answer-closest a").all()]
+
+
+def test_a_refusal_offers_the_closest_passages_the_asker_may_read_now(
+    open_page: Any, people: dict[str, Any], settings: Any
+) -> None:
+    """The passages beside a refusal come from a search made when the page shows it: an outsider is
+    never offered a restricted one, nor is a member once they have left its group."""
+    settings.KB_ANSWERABILITY = {**settings.KB_ANSWERABILITY, "cutoff": 0.999999}  # answers made here are refused
+    engineering = people["groups"]["engineering"]
+    vault = ingested_document(VAULT, "vault.md", public=False, groups=[engineering])
+    ingested_document(SHIPMENTS, "shipments.md")
+    refused = {name: answered(people[name], VAULT_QUESTION) for name in ("alice", "carol")}
+    assert {answer.status for answer in refused.values()} == {"refused"}
+
+    page = open_page(people["alice"])
+    page.goto(f"/?c={refused['alice'].conversation_id}")
+    links = closest_links(page)
+    assert page.locator(".answer-refused-title").is_visible()
+    assert links and links[0].startswith(f"/documents/{vault.pk}/#char="), links
+    assert "ZX-4412" in page.locator("#answer .answer-closest").inner_text()
+    assert_labelled(page)
+    screenshot(page, "ask-refused-closest")
+    page.locator("#answer .answer-closest a").first.click()
+    page.wait_for_selector("#doc-text mark.hl")
+    assert "ZX-4412-QUARTZ" in text_of_marks(page)
+
+    people["alice"].groups.remove(engineering)
+    page.goto(f"/?c={refused['alice'].conversation_id}")
+    assert not [link for link in closest_links(page) if link.startswith(f"/documents/{vault.pk}/")]
+    assert "ZX-4412" not in page.locator("#answer").inner_text()
+
+    page = open_page(people["carol"])
+    page.goto(f"/?c={refused['carol'].conversation_id}")
+    assert not [link for link in closest_links(page) if link.startswith(f"/documents/{vault.pk}/")]
+    assert "ZX-4412" not in page.locator("#answer").inner_text()
+    assert_clean(page)
 
 
 # --------------------------------------------------------------------------- (c) hostile text stays inert

@@ -219,6 +219,35 @@
     turn.body.appendChild(box);
   }
 
+  // Beside a refusal, the passages nearest the question that the asker may read (GET /api/search, so
+  // the permissions are checked now, as for any search), if any is near enough to be on its topic: the
+  // section is often there, in other words than the question's. A question from elsewhere gets none.
+  // `data-closest` on the turn says how many were offered, once the search has answered.
+  function closestView(turn) {
+    if (!turn.question || turn.closestAsked) return;
+    turn.closestAsked = true;
+    api("GET", "/api/search?k=3&q=" + encodeURIComponent(turn.question)).then(function (data) {
+      var hits = (data.hits || []).filter(function (h) { return h.distance <= data.related_distance && safeLink(h.link); });
+      turn.node.setAttribute("data-closest", String(hits.length));
+      if (!hits.length) return;
+      var box = el("div", "answer-closest");
+      box.appendChild(el("p", "answer-closest-title", "Closest passages you can read"));
+      box.appendChild(el("p", "muted answer-closest-note", "They did not look like an answer to this question, but one of them may help."));
+      var list = el("ol", "closest-list");
+      hits.forEach(function (h) {
+        var li = el("li", "source-item");
+        var title = el("a", "source-title", h.document_title);
+        title.href = safeLink(h.link);
+        li.appendChild(title);
+        if (h.breadcrumb) li.appendChild(el("span", "source-crumb", h.breadcrumb + (h.page ? " · page " + h.page : "")));
+        li.appendChild(el("span", "source-quote", h.content.length > 240 ? h.content.slice(0, 240).replace(/\s+\S*$/, "") + " …" : h.content));
+        list.appendChild(li);
+      });
+      box.appendChild(list);
+      turn.body.appendChild(box);
+    }).catch(function () { turn.node.setAttribute("data-closest", "0"); });
+  }
+
   function errorView(turn, message) {
     var box = el("div", "alert alert-error answer-error");
     box.setAttribute("role", "alert");
@@ -297,6 +326,7 @@
         turn.refused = true;
         setMeta(turn, "", false);
         refusedView(turn, event.text);
+        if (!replaying) closestView(turn);
         renderSources(turn);
         ratingView(turn, event.rating || 0);
         finish();
@@ -447,6 +477,8 @@
         if (resume === null && (m.status === "pending" || m.status === "running")) resume = m.id;
       });
     } finally { replaying = false; }
+    var last = earlier ? null : turnList[turnList.length - 1];
+    if (last && last.refused) closestView(last); // the latest refusal, as it was shown when it came
     earlierButton(data.before);
     return resume;
   }
