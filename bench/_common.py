@@ -39,6 +39,23 @@ def load_average() -> str:
     return f"{one:.2f}/{five:.2f}"
 
 
+def cpu_counters() -> tuple[int, int] | None:
+    """(steal, total) CPU ticks since boot from /proc/stat; None where there is none (not Linux)."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return fields[7], sum(fields)
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of CPU time the hypervisor gave to other machines between two readings. On a shared
+    virtual machine it slows every process of a phase at once, so a "quiet" phase carries it."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 # Inner half: runs against the scratch database only ----------------------------------------
 
 

@@ -7,6 +7,8 @@ conversation's websocket with the session cookie (as the browser does once the P
 returns), and stop the clock at the first `token` event. Refused questions (NO ANSWER)
 stream no token; they are counted, not timed. After each ingesting phase the documents it added
 are deleted again (and the table vacuumed), so every quiet phase searches the development corpus.
+Each phase prints the load average and the share of CPU time the host gave to other machines
+(steal, /proc/stat): on a shared virtual machine that slows every process of a phase at once.
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ from bench._common import (
     ROOT,
     AppServer,
     corpus_ingest,
+    cpu_counters,
     groups_create,
     load_average,
     percentile,
     reader_create,
     session_cookie,
+    steal_share,
 )
 
 
@@ -111,7 +115,7 @@ class _IngestLoad:
 def _phase(base: str, token: str, cookie: str, questions: list[str]) -> dict[str, Any]:
     from chat.models import Message
 
-    load_before = load_average()
+    load_before, counters_before = load_average(), cpu_counters()
     asked = [_ask(base, token, cookie, question) for question in questions]
     timed = [a for a in asked if a["ttft"] is not None]
     # Where the time went, from the stored answers (same machine, same clock): until the question was
@@ -128,7 +132,7 @@ def _phase(base: str, token: str, cookie: str, questions: list[str]) -> dict[str
         split["delivered_ms"].append(a["ttft"] - (m.started_at.timestamp() - a["wall"]) * 1000 - m.first_token_ms)
     return {"ttft_ms": [a["ttft"] for a in timed], "refused": len(asked) - len(timed),
             "post_ms": [a["post"] for a in timed], "open_ms": [a["open"] for a in timed], **split,
-            "load": f"{load_before} -> {load_average()}"}
+            "load": f"{load_before} -> {load_average()}", "steal": steal_share(counters_before, cpu_counters())}
 
 
 def run_ttft(*, eval_dir: Path, questions: int, runs: int) -> dict[str, Any]:
@@ -191,6 +195,8 @@ def report_ttft(result: dict[str, Any]) -> list[str]:
             summary[phase]["p50"].append(p50)
             summary[phase]["p95"].append(p95)
             extra = f", ingest rounds {figures['ingest_rounds_started']}" if phase == "ingesting" else ""
+            if figures.get("steal") is not None:
+                extra += f"; CPU stolen by the host {figures['steal'] * 100:.1f}%"
             lines.append(f"  run {run['run']} {phase:<9}: p50 {p50:7.1f} ms  p95 {p95:7.1f} ms  "
                          f"({len(figures['ttft_ms'])} timed, {figures['refused']} refused{extra}; load {figures['load']})")
             lines.append("      where: " + ", ".join(
