@@ -47,6 +47,9 @@ TAG = re.compile(r"</?[a-zA-Z][^<>\n]*>")
 DEPENDENT = re.compile(
     r"^(?:this|these|that|those|it|its|they|their|such|then|otherwise|however|also|if so|if it does|"
     r"to do (?:so|this)|in (?:that|this) case|for (?:that|this)|here|there)\b", re.IGNORECASE)
+# ...and one that opens like this carries out the one before it ("… can be copied as tab-separated values." /
+# "To do so, click …"): it comes along with it.
+CARRIES_OUT = re.compile(r"^(?:to do (?:so|this|that)|then)\b", re.IGNORECASE)
 COMMAND = "$ "  # a shell prompt: a cheat sheet's or man page's command line, described by the line after it
 HOW_TO = re.compile(r"\b(?:how (?:do|can|should|to|would)\b|steps?\b|procedure|walk me through|what do i do\b)",
                     re.IGNORECASE)
@@ -161,7 +164,7 @@ def _line(unit: Unit) -> str:
 
 def _with_context(best: Unit, all_units: Sequence[Unit]) -> list[Unit]:
     """`best` and what it depends on: the sentence before a dependent opener, what a colon introduces,
-    the description after a command."""
+    the sentence after that carries it out, the description after a command."""
     same = [u for u in all_units if u.number == best.number]
     i = same.index(best)
     chosen = [best]
@@ -170,6 +173,9 @@ def _with_context(best: Unit, all_units: Sequence[Unit]) -> list[Unit]:
     if best.kind == "row" and i > 0 and same[0].kind == "row" and same[0] is not best:
         chosen.insert(0, same[0])  # a table row reads with its header
     if best.text.endswith(":") and i + 1 < len(same):
+        chosen.append(same[i + 1])
+    elif i + 1 < len(same) and (same[i + 1].kind, same[i + 1].block) == (best.kind, best.block) \
+            and CARRIES_OUT.match(same[i + 1].text):
         chosen.append(same[i + 1])
     elif (best.kind == "code" or best.text.startswith(COMMAND)) and i + 1 < len(same) and same[i + 1].kind == "prose" \
             and not same[i + 1].text.startswith(COMMAND):

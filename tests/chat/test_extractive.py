@@ -96,6 +96,17 @@ def test_a_sentence_that_leans_on_the_one_before_keeps_it() -> None:
     assert lead in text and follow in text and text.index(lead) < text.index(follow), text
 
 
+def test_a_sentence_carried_out_by_the_next_one_brings_it() -> None:
+    text = answer(
+        "Can the shipments list be exported as a PDF report?",
+        "Exports keep the current filters. The shipments list can be exported as a PDF report. To do so, open "
+        "the Export dialog and choose the second tab. Large exports arrive by email.",
+    )
+    lead = "The shipments list can be exported as a PDF report [1]."
+    follow = "To do so, open the Export dialog and choose the second tab [1]."
+    assert lead in text and follow in text and text.index(lead) < text.index(follow), text
+
+
 def test_a_procedure_question_gets_ordered_steps() -> None:
     steps = (
         "## Rotating the key\n\n1. Open the Vault screen and choose Rotate.\n2. Confirm the rotation in the dialog."
