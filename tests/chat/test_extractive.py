@@ -85,26 +85,27 @@ def test_the_answer_leads_with_the_sentence_that_answers_not_the_one_sharing_mos
     assert text == answer(*ask, intent=SCREEN)  # deterministic
 
 
-def test_a_sentence_that_leans_on_the_one_before_keeps_it() -> None:
-    text = answer(
+@pytest.mark.parametrize(("question", "passage", "first", "second"), [
+    pytest.param(  # the question asks for the second sentence, which leans on the one before it
         "Where do I click to copy a facet's choices and counts?",
         "Each text facet shows up to 2,000 choices. The choices and counts in each facet can be copied as "
         "tab-separated values. To do so, click on the choices link near the top left corner of the facet.",
-    )
-    lead = "The choices and counts in each facet can be copied as tab-separated values [1]."
-    follow = "To do so, click on the choices link near the top left corner of the facet [1]."
-    assert lead in text and follow in text and text.index(lead) < text.index(follow), text
-
-
-def test_a_sentence_carried_out_by_the_next_one_brings_it() -> None:
-    text = answer(
+        "The choices and counts in each facet can be copied as tab-separated values [1].",
+        "To do so, click on the choices link near the top left corner of the facet [1].",
+        id="the one it leans on"),
+    pytest.param(  # the question asks for the first sentence, which the next one carries out
         "Can the shipments list be exported as a PDF report?",
         "Exports keep the current filters. The shipments list can be exported as a PDF report. To do so, open "
         "the Export dialog and choose the second tab. Large exports arrive by email.",
-    )
-    lead = "The shipments list can be exported as a PDF report [1]."
-    follow = "To do so, open the Export dialog and choose the second tab [1]."
-    assert lead in text and follow in text and text.index(lead) < text.index(follow), text
+        "The shipments list can be exported as a PDF report [1].",
+        "To do so, open the Export dialog and choose the second tab [1].",
+        id="the one that carries it out"),
+])
+def test_a_sentence_comes_with_the_one_it_leans_on_and_the_one_that_carries_it_out(
+    question: str, passage: str, first: str, second: str
+) -> None:
+    text = answer(question, passage)
+    assert first in text and second in text and text.index(first) < text.index(second), text
 
 
 def test_a_procedure_question_gets_ordered_steps() -> None:
