@@ -213,6 +213,17 @@ def _longest_prefix(wanted: str, text: str) -> int:
     return low
 
 
+def on_topic(question: str, texts: Sequence[str]) -> list[bool]:
+    """Whether each text (a section heading) holds one of the question's rare words, counted as coverage
+    counts them: a heading that holds none is about something else, however its sentences sound."""
+    if not texts:
+        return []
+    words = [m.group() for m in WORD.finditer(question)]
+    rare = rare_word_weights(words, late.word_weights(words))
+    joined = compounds(question)
+    return [not rare.keys().isdisjoint(_found(text, "", joined)) for text in texts]
+
+
 def score(question: str, texts: Sequence[str], ranks: Sequence[int], contexts: Sequence[str] | None = None,
           vectors: Sequence[np.ndarray | None] | None = None) -> Scores:
     """Scores of each text (a sentence) for `question`; `ranks` are their sources' numbers (1 = best);

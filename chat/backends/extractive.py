@@ -205,8 +205,15 @@ def compose(prompt: Prompt) -> list[list[str]]:
     scored = scoring.score(prompt.question, texts, numbers, [labels[u.number] for u in all_units],
                            scoring.stored_pieces(prompt.sources, texts, numbers))
     how_to = bool(HOW_TO.search(prompt.question))
-    # A how-to question is answered by instructions: sources holding commands or numbered steps come first.
-    procedural = {u.number for u in all_units if u.kind in ("code", "step")} if how_to else set()
+    # A how-to question is answered by instructions: sources holding commands or numbered steps come first,
+    # when their section is on the question's topic (its headings below the document's title hold one of
+    # the question's rare words): the steps for ordering business cards do not answer how to be paid by
+    # direct deposit.
+    steps_in = sorted({u.number for u in all_units if u.kind in ("code", "step")}) if how_to else []
+    sections = {source.number: source.label.split(">", 1)[-1] for source in prompt.sources}
+    procedural = {number for number, topical in zip(steps_in, scoring.on_topic(prompt.question,
+                                                                               [sections[n] for n in steps_in]),
+                                                    strict=True) if topical}
     total = [t + (PROCEDURE_BONUS if u.number in procedural else 0.0) for t, u in zip(scored.total, all_units,
                                                                                          strict=True)]
     order = sorted(range(len(all_units)), key=lambda i: (-total[i], all_units[i].number, i))

@@ -119,6 +119,25 @@ def test_a_procedure_question_gets_ordered_steps() -> None:
     assert text.index("Open the Vault screen") < text.index("Confirm the rotation") < text.index("Copy the new key")
 
 
+def test_a_how_to_question_prefers_steps_only_from_a_section_on_its_topic() -> None:
+    sources = [
+        Source(number=1, chunk_id=1, document_id=1, document_title="Handbook", label="Handbook > Pay > Direct deposit",
+               text="Use this form to have your pay sent to your bank by direct deposit. "
+                    "The form asks for the routing number of your financial institution.",
+               start=0, end=130, page=None, distance=0.3),
+        Source(number=2, chunk_id=2, document_id=2, document_title="Purchasing",
+               label="Purchasing > Business cards",
+               text="1. Choose a card design in the print shop.\n2. Enter the bank account that pays for the "
+                    "cards.\n3. Enter the address the cards are mailed to.",
+               start=0, end=120, page=None, distance=0.35),
+    ]
+    prompt = build_prompt(question="How do I get my salary paid into my bank account instead of a mailed check?",
+                          intent=CONCEPT, sources=sources)
+    text = "".join(ExtractiveBackend().generate(prompt))
+    assert text.startswith("Use this form to have your pay sent to your bank by direct deposit [1]."), text
+    assert "print shop" not in text
+
+
 def test_instructions_written_as_prose_and_commands_become_steps() -> None:
     runbook = (
         "Manual failover is used for planned maintenance. Always start with a dry run, which prints what would "
