@@ -43,6 +43,9 @@ BULLET = re.compile(r"^\s*(?:[-*+•]|\d{1,2}[.)])\s+")
 NUMBERED = re.compile(r"^\s*\d{1,2}[.)]\s+")
 IMAGE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)")
 TAG = re.compile(r"</?[a-zA-Z][^<>\n]*>")
+# A Markdown link reads as its text: its target (often a site generator's `{% page "…" %}`) means nothing
+# in a quoted answer, whose [n] already links to the passage.
+LINK = re.compile(r"\[([^\]\n]+)\]\((?:[^()\n]|\([^()\n]*\))*\)")
 # A sentence that opens like this leans on the one before it.
 DEPENDENT = re.compile(
     r"^(?:this|these|that|those|it|its|they|their|such|then|otherwise|however|also|if so|if it does|"
@@ -67,7 +70,7 @@ class Unit:
 
 
 def _clean(line: str) -> str:
-    return " ".join(TAG.sub("", IMAGE.sub("", line)).split())
+    return " ".join(TAG.sub("", LINK.sub(r"\1", IMAGE.sub("", line))).split())
 
 
 def _continues(line: str, following: str) -> bool:

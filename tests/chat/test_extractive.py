@@ -37,6 +37,16 @@ def test_units_undo_bullets_and_pipes_skip_headings_and_keep_code_whole() -> Non
     assert sentences('See <span class="x">Clipboard</span> ![pic](/a.png) here.') == ["See Clipboard here."]
 
 
+def test_a_markdown_link_is_quoted_as_its_text() -> None:
+    text = answer(
+        "How far ahead can I request advanced sick leave?",
+        'You can request [advanced sick leave]({% page "/leave/advanced-sick-leave/" %}) up to 30 days ahead '
+        "through [HR Links](https://hrlinks.example.gov/(portal)/start).",
+    )
+    assert text.startswith("You can request advanced sick leave up to 30 days ahead through HR Links [1]."), text
+    assert "{%" not in text and "](" not in text
+
+
 def test_a_hard_wrapped_sentence_is_one_sentence_and_a_pdfs_short_lines_stay_apart() -> None:
     wrapped = ("The weekly time reporting period lasts one week, beginning on Sunday and ending\n"
                "on Saturday. Submit it by Friday; late entries are flagged in the report that\n"

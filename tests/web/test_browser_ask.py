@@ -211,9 +211,28 @@ def test_a_hostile_document_is_inert_in_answers_and_previews(open_page: Any, peo
         chip.focus()
         assert preview.is_visible()
         chip.blur()
-    for text in page.locator("#answer").get_by_text("javascript", exact=False).all():
-        if text.is_visible():
-            text.click(position={"x": 2, "y": 2})
+    # Click on every "javascript" the answer's own text shows (not a citation preview's quote).
+    spots = page.evaluate(
+        """() => {
+          const walker = document.createTreeWalker(document.querySelector('#answer .turn-answer'), NodeFilter.SHOW_TEXT);
+          const spots = [];
+          for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+            if (node.parentElement.closest('.cite-preview')) continue;
+            const text = node.data.toLowerCase();
+            for (let at = text.indexOf('javascript'); at >= 0; at = text.indexOf('javascript', at + 1)) {
+              const range = document.createRange();
+              range.setStart(node, at);
+              range.setEnd(node, at + 'javascript'.length);
+              const box = range.getBoundingClientRect();
+              spots.push([box.x + box.width / 2, box.y + box.height / 2]);
+            }
+          }
+          return spots;
+        }"""
+    )
+    assert spots, page.locator("#answer").inner_text()  # the answer quotes the "javascript:" text
+    for x, y in spots:
+        page.mouse.click(x, y)
     page.wait_for_timeout(300)
     assert page.evaluate("typeof window.__pwned") == "undefined"
     assert page.evaluate("window.__kb.csp") == []
