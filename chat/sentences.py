@@ -4,8 +4,11 @@ A passage is scored as a whole by search.late; inside it, the sentence that answ
 found the same way: each question word piece meets its closest piece of the sentence
 (MiniLM's contextual vectors, IDF-weighted so "how do I" counts for nothing). That alone
 favours long sentences on the topic, so the score adds the IDF-weighted share of the
-question's words the sentence actually contains, and a small preference for sources the
-retrieval ranked higher.
+question's words the sentence actually contains, the cosine between the question's
+embedding and the mean of the sentence's vectors (MiniLM was trained to put a question
+next to its answer when pooled this way: it finds "guaranteed to be set" for "can always
+count on", where no word is shared), and a small preference for sources the retrieval
+ranked higher.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from search import late
 from search.retrieval import WORD
 
 COVERAGE_WEIGHT = 0.25
+POOLED_WEIGHT = 1.0
 RANK_PENALTY = 0.1  # per place the sentence's source is below the first
 
 
@@ -32,6 +36,7 @@ RANK_PENALTY = 0.1  # per place the sentence's source is below the first
 class Scores:
     late: list[float]  # IDF-weighted MaxSim of the question's pieces over the sentence's
     coverage: list[float]  # IDF-weighted share of the question's words present in the sentence
+    pooled: list[float]  # cosine of the question's embedding and the sentence's mean piece vector
     total: list[float]
 
 
@@ -230,24 +235,22 @@ def score(question: str, texts: Sequence[str], ranks: Sequence[int], contexts: S
     `contexts` (e.g. each sentence's section heading) count towards its rare-word coverage; `vectors`,
     where given (`stored_pieces`), are the texts' word-piece vectors, so only the others are encoded."""
     if not texts:
-        return Scores([], [], [])
-    _, pieces = embedding.embed_query(question)
+        return Scores([], [], [], [])
+    question_vector, pieces = embedding.embed_query(question)
     spans = [m.span() for m in WORD.finditer(question)]
     words = [question[a:b] for a, b in spans]
     idf = late.word_weights(words)  # one read serves the pieces' weights and the rare words
     weights = late.query_weights(question, spans, idf)[: len(pieces)]
+    given = list(vectors) if vectors is not None else [None] * len(texts)
+    missing = [text for text, v in zip(texts, given, strict=True) if v is None]
+    encoded = iter(embedding.token_vectors(missing) if missing else [])
+    known = [v if v is not None else next(encoded) for v in given]
     late_scores = [0.0] * len(texts)
     if weights.any():
         weights = weights / weights.sum()
         pieces = pieces[: len(weights)]
-        known = list(vectors) if vectors is not None else [None] * len(texts)
-        missing = [i for i, v in enumerate(known) if v is None]
-        for i, encoded in zip(missing, embedding.token_vectors([texts[i] for i in missing]) if missing else [],
-                              strict=True):
-            known[i] = encoded
-        late_scores = [
-            float((pieces @ v.T).max(axis=1) @ weights) if v is not None and len(v) else 0.0 for v in known
-        ]
+        late_scores = [float((pieces @ v.T).max(axis=1) @ weights) if len(v) else 0.0 for v in known]
+    pooled = [_pooled_cosine(question_vector, v) for v in known]
     rare = rare_word_weights(words, idf)
     total_weight = sum(rare.values())
     joined = compounds(question)
@@ -257,7 +260,17 @@ def score(question: str, texts: Sequence[str], ranks: Sequence[int], contexts: S
                       zip(texts, contexts or [""] * len(texts), strict=True))
     ]
     totals = [
-        s + COVERAGE_WEIGHT * c - RANK_PENALTY * (rank - 1)
-        for s, c, rank in zip(late_scores, coverage, ranks, strict=True)
+        s + COVERAGE_WEIGHT * c + POOLED_WEIGHT * p - RANK_PENALTY * (rank - 1)
+        for s, c, p, rank in zip(late_scores, coverage, pooled, ranks, strict=True)
     ]
-    return Scores(late_scores, coverage, [float(np.round(t, 6)) for t in totals])
+    return Scores(late_scores, coverage, pooled, [float(np.round(t, 6)) for t in totals])
+
+
+def _pooled_cosine(question_vector: np.ndarray, pieces: np.ndarray) -> float:
+    """The sentence's pieces are unit vectors cut from their chunk's context, so their normalised mean
+    stands in for the sentence's own embedding without encoding it."""
+    if not len(pieces):
+        return 0.0
+    mean = pieces.mean(axis=0)
+    norm = float(np.linalg.norm(mean))
+    return float(mean @ question_vector) / norm if norm else 0.0

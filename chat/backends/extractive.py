@@ -26,7 +26,7 @@ from chat.prompts import Prompt
 MAX_CHARS = 450  # runners-up join while the answer stays under this (mean answer on ../shared/eval: ~380 characters)
 MAX_PICKS = 6  # the lead and the best-scored runners-up (each with the sentences it depends on)
 CONSIDERED = 8  # runners-up come from the best-scored sentences only
-RUNNER_UP_GAP = 0.3  # ...and only when they score within this of the lead: no padding with other topics
+RUNNER_UP_GAP = 0.45  # ...and only when they score within this of the lead: no padding with other topics
 # ...and only when they (or their section heading) hold at least one of the question's rare words: a sentence
 # that merely sounds like the domain ("Saved filters appear in the Views menu" for an export question) is not
 # an answer, and late-interaction scores alone sit close together inside one manual.

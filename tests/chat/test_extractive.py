@@ -367,3 +367,34 @@ def test_aligning_a_sentence_finds_the_same_pieces_as_trying_every_walk(chunk_id
     found, expected = scoring._aligned(ids, chunks), exhaustive()
     assert (found is None and expected is None) or (found is not None and expected is not None
                                                     and found.tolist() == expected.tolist())
+
+
+
+LAPTOPS = """# Equipment
+
+## Laptops
+
+Laptops are ordered by your team lead from the approved list of models.
+Every laptop ordered this way is set up with disk encryption before it is handed over.
+New starters receive their machine at the front desk on the morning they begin.
+A broken laptop is swapped at the front desk the same day.
+"""
+
+
+def test_the_sentence_that_answers_in_other_words_leads(monkeypatch: Any) -> None:
+    """Sentence scoring adds the cosine of the question's embedding with the mean of the sentence's
+    stored piece vectors: "just joined … a computer" finds "new starters receive their machine", which
+    shares no word with it, where piece matching alone leads with the first sentence on laptops."""
+    from chat import sentences as scoring
+    from kb.models import Chunk
+    from tests.factories import ingested_document
+
+    document = ingested_document(LAPTOPS, name="equipment.md")
+    [chunk] = Chunk.objects.filter(document=document)
+    src = Source(number=1, chunk_id=chunk.pk, document_id=document.pk, document_title=document.title,
+                 label=chunk.breadcrumb, text=chunk.content, start=chunk.start, end=chunk.end, page=None, distance=0.2)
+    prompt = build_prompt(question="just joined, when do I get a computer?", intent=CONCEPT, sources=[src])
+    text = "".join(ExtractiveBackend().generate(prompt))
+    assert text.startswith("New starters receive their machine at the front desk on the morning they begin [1]."), text
+    monkeypatch.setattr(scoring, "POOLED_WEIGHT", 0.0)
+    assert "".join(ExtractiveBackend().generate(prompt)).startswith("Laptops are ordered")
