@@ -14,7 +14,7 @@ ranked higher.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +38,7 @@ class Scores:
     coverage: list[float]  # IDF-weighted share of the question's words present in the sentence
     pooled: list[float]  # cosine of the question's embedding and the sentence's mean piece vector
     total: list[float]
+    rare: frozenset[str]  # the question's words that count towards coverage
 
 
 def rare_word_weights(words: Sequence[str], idf: Sequence[float]) -> dict[str, float]:
@@ -218,15 +219,12 @@ def _longest_prefix(wanted: str, text: str) -> int:
     return low
 
 
-def on_topic(question: str, texts: Sequence[str]) -> list[bool]:
-    """Whether each text (a section heading) holds one of the question's rare words, counted as coverage
-    counts them: a heading that holds none is about something else, however its sentences sound."""
-    if not texts:
-        return []
-    words = [m.group() for m in WORD.finditer(question)]
-    rare = rare_word_weights(words, late.word_weights(words))
+def on_topic(question: str, texts: Sequence[str], rare: Collection[str]) -> list[bool]:
+    """Whether each text (a section heading) holds one of the question's rare words (`Scores.rare`),
+    counted as coverage counts them: a heading that holds none is about something else, however its
+    sentences sound."""
     joined = compounds(question)
-    return [not rare.keys().isdisjoint(_found(text, "", joined)) for text in texts]
+    return [not _found(text, "", joined).isdisjoint(rare) for text in texts]
 
 
 def score(question: str, texts: Sequence[str], ranks: Sequence[int], contexts: Sequence[str] | None = None,
@@ -235,7 +233,7 @@ def score(question: str, texts: Sequence[str], ranks: Sequence[int], contexts: S
     `contexts` (e.g. each sentence's section heading) count towards its rare-word coverage; `vectors`,
     where given (`stored_pieces`), are the texts' word-piece vectors, so only the others are encoded."""
     if not texts:
-        return Scores([], [], [], [])
+        return Scores([], [], [], [], frozenset())
     question_vector, pieces = embedding.embed_query(question)
     spans = [m.span() for m in WORD.finditer(question)]
     words = [question[a:b] for a, b in spans]
@@ -263,7 +261,7 @@ def score(question: str, texts: Sequence[str], ranks: Sequence[int], contexts: S
         s + COVERAGE_WEIGHT * c + POOLED_WEIGHT * p - RANK_PENALTY * (rank - 1)
         for s, c, p, rank in zip(late_scores, coverage, pooled, ranks, strict=True)
     ]
-    return Scores(late_scores, coverage, pooled, [float(np.round(t, 6)) for t in totals])
+    return Scores(late_scores, coverage, pooled, [float(np.round(t, 6)) for t in totals], frozenset(rare))
 
 
 def _pooled_cosine(question_vector: np.ndarray, pieces: np.ndarray) -> float:

@@ -214,9 +214,8 @@ def compose(prompt: Prompt) -> list[list[str]]:
     # direct deposit.
     steps_in = sorted({u.number for u in all_units if u.kind in ("code", "step")}) if how_to else []
     sections = {source.number: source.label.split(">", 1)[-1] for source in prompt.sources}
-    procedural = {number for number, topical in zip(steps_in, scoring.on_topic(prompt.question,
-                                                                               [sections[n] for n in steps_in]),
-                                                    strict=True) if topical}
+    topical = scoring.on_topic(prompt.question, [sections[n] for n in steps_in], scored.rare)
+    procedural = {number for number, on_topic in zip(steps_in, topical, strict=True) if on_topic}
     total = [t + (PROCEDURE_BONUS if u.number in procedural else 0.0) for t, u in zip(scored.total, all_units,
                                                                                          strict=True)]
     order = sorted(range(len(all_units)), key=lambda i: (-total[i], all_units[i].number, i))
