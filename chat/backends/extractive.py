@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from chat import sentences as scoring
 from chat.prompts import Prompt
+from chat.support import terms
 
 MAX_CHARS = 450  # runners-up join while the answer stays under this (mean answer on ../shared/eval: ~380 characters)
 MAX_PICKS = 6  # the lead and the best-scored runners-up (each with the sentences it depends on)
@@ -30,6 +31,7 @@ RUNNER_UP_GAP = 0.45  # ...and only when they score within this of the lead: no 
 # ...and only when they (or their section heading) hold at least one of the question's rare words: a sentence
 # that merely sounds like the domain ("Saved filters appear in the Views menu" for an export question) is not
 # an answer, and late-interaction scores alone sit close together inside one manual.
+NEAR_DUPLICATE = 0.8  # ...nor when they repeat a quoted sentence: this share of their content words in common
 MAX_SENTENCE_CHARS = 500
 WRAPPED = 60  # a line this long that ends mid-sentence was wrapped by its writer: the next one continues it
 MAX_STEPS = 8
@@ -198,6 +200,14 @@ def _steps(best: Unit, all_units: Sequence[Unit]) -> list[Unit] | None:
     return run if len(run) >= 3 and any(u.kind in ("code", "step") for u in run) else None
 
 
+def _repeats(unit: Unit, quoted: set[Unit]) -> bool:
+    """A runner-up that says again what the answer already quotes (another page's copy of the same
+    sentence) spends the budget on nothing."""
+    mine = terms(unit.text)
+    return bool(mine) and any(len(mine & (theirs := terms(u.text))) >= NEAR_DUPLICATE * len(mine | theirs)
+                              for u in quoted)
+
+
 def compose(prompt: Prompt) -> list[list[str]]:
     """The answer's paragraphs: the best sentence with its context first, then the runner-up passage."""
     all_units = [u for source in prompt.sources for u in units(source.number, source.text)]
@@ -231,6 +241,8 @@ def compose(prompt: Prompt) -> list[list[str]]:
             unit = all_units[i]
             if unit in used or (paragraphs and (total[i] < total[order[0]] - RUNNER_UP_GAP
                                                 or not scored.coverage[i])):
+                continue
+            if paragraphs and _repeats(unit, used):
                 continue
             fresh = [u for u in _with_context(unit, all_units) if u not in used]
             grown = size + sum(len(u.text) for u in fresh)

@@ -47,6 +47,17 @@ def test_a_markdown_link_is_quoted_as_its_text() -> None:
     assert "{%" not in text and "](" not in text
 
 
+def test_a_sentence_another_page_repeats_is_quoted_once() -> None:
+    text = answer(
+        "Do part-time staff work the standard schedule of 8 hours a day?",
+        "On the standard schedule you work 8 hours a day, 5 days a week.",
+        "On the standard schedule you work 8 hours a day, five days a week.",
+        "Part-time staff agree their hours per day with their supervisor when they join.",
+    )
+    assert text.count("8 hours a day") == 1, text
+    assert "Part-time staff agree their hours per day" in text, text
+
+
 def test_a_hard_wrapped_sentence_is_one_sentence_and_a_pdfs_short_lines_stay_apart() -> None:
     wrapped = ("The weekly time reporting period lasts one week, beginning on Sunday and ending\n"
                "on Saturday. Submit it by Friday; late entries are flagged in the report that\n"
