@@ -35,6 +35,7 @@ NEAR_DUPLICATE = 0.8  # ...nor when they repeat a quoted sentence: this share of
 MAX_SENTENCE_CHARS = 500
 WRAPPED = 60  # a line this long that ends mid-sentence was wrapped by its writer: the next one continues it
 MAX_STEPS = 8
+LEANS_BACK = 2  # sentences a dependent opener may bring before it, when the one it leans on is dependent too
 PROCEDURE_BONUS = 0.3
 WEAK = 0.34  # share of the question's rare-word weight matched below which the answer says it may be partial
 
@@ -77,9 +78,10 @@ def _clean(line: str) -> str:
 
 def _continues(line: str, following: str) -> bool:
     """Whether `following` goes on from `line` (a hard-wrapped sentence) rather than starting a line of
-    its own: it opens in lower case, or `line` is a long one stopped short of any punctuation. A PDF's
-    command and description lines ("$ git log" / "Lists version history…") stay apart."""
-    if following[0].islower():
+    its own: it opens in lower case, `line` leaves a parenthesis open ("… balance (see" / "[Types of
+    Accounts](…))."), or `line` is a long one stopped short of any punctuation. A PDF's command and
+    description lines ("$ git log" / "Lists version history…") stay apart."""
+    if following[0].islower() or line.count("(") > line.count(")"):
         return True
     return len(line) >= WRAPPED and line[-1] not in ".!?:;" and (following[0].isalnum() or following[0] in "[(`*_\"'")
 
@@ -173,8 +175,11 @@ def _with_context(best: Unit, all_units: Sequence[Unit]) -> list[Unit]:
     same = [u for u in all_units if u.number == best.number]
     i = same.index(best)
     chosen = [best]
-    if DEPENDENT.match(best.text) and i > 0 and same[i - 1].kind in ("prose", best.kind):
-        chosen.insert(0, same[i - 1])
+    # "This is a great way to fix typos" leans on "This will mass-edit every cell", which leans on the one before.
+    at = i
+    while at > 0 and at > i - LEANS_BACK and DEPENDENT.match(same[at].text) and same[at - 1].kind in ("prose", best.kind):
+        at -= 1
+        chosen.insert(0, same[at])
     if best.kind == "row" and i > 0 and same[0].kind == "row" and same[0] is not best:
         chosen.insert(0, same[0])  # a table row reads with its header
     if best.text.endswith(":") and i + 1 < len(same):

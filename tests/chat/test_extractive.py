@@ -76,6 +76,11 @@ def test_a_hard_wrapped_sentence_is_one_sentence_and_a_pdfs_short_lines_stay_apa
         "$ git log --follow [file]", "Lists version history for a file, including renames", "$ git log",
         "Lists version history for the current branch", "CAUTION!", "Changing history can have nasty side effects.",
         "If you need to change commits, proceed with caution."]
+    left_open = ("In the ledger, income accounts tend to have a negative\nbalance (see\n"
+                 "[Types of Accounts](https://example.org/accounts#types)).\n\nThis option flips their sign.")
+    assert sentences(left_open) == [
+        "In the ledger, income accounts tend to have a negative balance (see Types of Accounts).",
+        "This option flips their sign."]
 
 
 def test_how_does_asks_how_something_behaves_not_for_steps() -> None:
@@ -121,6 +126,13 @@ def test_the_answer_leads_with_the_sentence_that_answers_not_the_one_sharing_mos
         "The shipments list can be exported as a PDF report [1].",
         "To do so, open the Export dialog and choose the second tab [1].",
         id="the one that carries it out"),
+    pytest.param(  # the question asks for the last sentence, which leans on one that leans on the one before
+        "What is the quickest way to tidy a shared list of saved views?",
+        "Saved views keep the filters you chose. You can then rename a saved view from its menu. This changes "
+        "its name for everyone on the team. This is the quickest way to tidy a shared list.",
+        "You can then rename a saved view from its menu [1]. This changes its name for everyone on the team [1].",
+        "This is the quickest way to tidy a shared list [1].",
+        id="a chain of two it leans on"),
 ])
 def test_a_sentence_comes_with_the_one_it_leans_on_and_the_one_that_carries_it_out(
     question: str, passage: str, first: str, second: str
