@@ -49,6 +49,10 @@ TAG = re.compile(r"</?[a-zA-Z][^<>\n]*>")
 # A Markdown link reads as its text: its target (often a site generator's `{% page "…" %}`) means nothing
 # in a quoted answer, whose [n] already links to the passage.
 LINK = re.compile(r"\[([^\]\n]+)\]\((?:[^()\n]|\([^()\n]*\))*\)")
+# Bold in Markdown, bold and italics in wiki markup ("hit **Submit**", "''custom ticket queries''") read as
+# their words; a code span keeps what it quotes (`a**2`, `x = ''`).
+EMPHASIS = re.compile(r"(\*\*|'''|'')(?=\S)(.+?)(?<=\S)\1")
+CODE_SPAN = re.compile(r"(`[^`\n]*`)")
 # A sentence that opens like this leans on the one before it.
 DEPENDENT = re.compile(
     r"^(?:this|these|that|those|it|its|they|their|such|then|otherwise|however|also|if so|if it does|"
@@ -73,7 +77,9 @@ class Unit:
 
 
 def _clean(line: str) -> str:
-    return " ".join(TAG.sub("", LINK.sub(r"\1", IMAGE.sub("", line))).split())
+    line = TAG.sub("", LINK.sub(r"\1", IMAGE.sub("", line)))
+    line = "".join(part if part.startswith("`") else EMPHASIS.sub(r"\2", part) for part in CODE_SPAN.split(line))
+    return " ".join(line.split())
 
 
 def _continues(line: str, following: str) -> bool:

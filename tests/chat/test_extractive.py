@@ -35,6 +35,10 @@ def test_units_undo_bullets_and_pipes_skip_headings_and_keep_code_whole() -> Non
     kinds = [u.kind for u in units(1, "Run this:\n\n```\nctl go --now\n```\n\n1. First.\n2. Second.")]
     assert kinds == ["prose", "code", "step", "step"]
     assert sentences('See <span class="x">Clipboard</span> ![pic](/a.png) here.') == ["See Clipboard here."]
+    # Bold and wiki emphasis read as their words; a code span keeps its characters.
+    assert sentences("Hit **Submit** to send it. Trac lists ''custom queries'' under '''View Tickets'''. "
+                     "Use `a**2 + b**2` or `x = ''` here.") == [
+        "Hit Submit to send it.", "Trac lists custom queries under View Tickets.", "Use `a**2 + b**2` or `x = ''` here."]
 
 
 def test_a_markdown_link_is_quoted_as_its_text() -> None:
