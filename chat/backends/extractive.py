@@ -247,28 +247,23 @@ def compose(prompt: Prompt) -> list[list[str]]:
         paragraphs = [["\n".join(lead)]]
         used = set(steps)
     else:
-        paragraphs, used, size, picks, last = [], set(), 0, 0, 0
+        grouped: dict[int, list[str]] = {}  # source number -> its quoted lines, sources in the order first picked
+        used, size, picks = set(), 0, 0
         for i in order[:CONSIDERED]:
             unit = all_units[i]
-            if unit in used or (paragraphs and (total[i] < total[order[0]] - RUNNER_UP_GAP
-                                                or not scored.coverage[i])):
-                continue
-            if paragraphs and _repeats(unit, used):
+            if unit in used or (grouped and (total[i] < total[order[0]] - RUNNER_UP_GAP
+                                             or not scored.coverage[i] or _repeats(unit, used))):
                 continue
             fresh = [u for u in _with_context(unit, all_units) if u not in used]
             grown = size + sum(len(u.text) for u in fresh)
-            if paragraphs and grown > MAX_CHARS:
+            if grouped and grown > MAX_CHARS:
                 continue
-            lines = [_line(u) for u in fresh]
-            if paragraphs and fresh[0].number == last:
-                paragraphs[-1] += lines
-            else:
-                paragraphs.append(lines)
-            last = fresh[-1].number
+            grouped.setdefault(unit.number, []).extend(_line(u) for u in fresh)
             used.update(fresh)
             size, picks = grown, picks + 1
             if picks >= MAX_PICKS:
                 break
+        paragraphs = list(grouped.values())
     if scored.coverage[order[0]] < WEAK:
         paragraphs.append(["These passages may not answer the whole question; open the cited sources to check."])
     return paragraphs

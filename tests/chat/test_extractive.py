@@ -51,6 +51,21 @@ def test_a_markdown_link_is_quoted_as_its_text() -> None:
     assert "{%" not in text and "](" not in text
 
 
+def test_the_sentences_quoted_from_one_passage_stay_together() -> None:
+    """Runners-up are picked by score, here from passage 1, then 2, then 1 again; they are shown passage by
+    passage, so the reader does not jump between them."""
+    text = answer(
+        "What happens to my leave balance and my unused leave when I move to part-time hours?",
+        "Your leave balance is recalculated when your hours change. Saved views keep their filters. Part-time "
+        "staff accrue leave in proportion to their hours. Payslips are issued monthly. Unused leave carries over "
+        "for one year.",
+        "Moving to part-time hours needs your manager's approval in the People Hub.",
+    )
+    cited = [int(n) for n in re.findall(r"\[(\d)\]", text)]
+    assert cited == [1, 1, 1, 2], text  # every sentence of [1], then the one of [2]
+    assert "Unused leave carries over for one year [1]." in text
+
+
 def test_a_sentence_another_page_repeats_is_quoted_once() -> None:
     text = answer(
         "Do part-time staff work the standard schedule of 8 hours a day?",
