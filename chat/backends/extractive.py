@@ -49,6 +49,8 @@ TAG = re.compile(r"</?[a-zA-Z][^<>\n]*>")
 # A Markdown link reads as its text: its target (often a site generator's `{% page "…" %}`) means nothing
 # in a quoted answer, whose [n] already links to the passage.
 LINK = re.compile(r"\[([^\]\n]+)\]\((?:[^()\n]|\([^()\n]*\))*\)")
+# ...and so does a reference-style one, "[separate etcd cluster][etcd-events]" (not an index: `rows[0][1]`).
+REFERENCE_LINK = re.compile(r"(?<![\w\]])\[([^\]\n]*[A-Za-z][^\]\n]*)\]\[[^\]\n]*\]")
 # Bold in Markdown, bold and italics in wiki markup ("hit **Submit**", "''custom ticket queries''") read as
 # their words; a code span keeps what it quotes (`a**2`, `x = ''`).
 EMPHASIS = re.compile(r"(\*\*|'''|'')(?=\S)(.+?)(?<=\S)\1")
@@ -78,7 +80,8 @@ class Unit:
 
 def _clean(line: str) -> str:
     line = TAG.sub("", LINK.sub(r"\1", IMAGE.sub("", line)))
-    line = "".join(part if part.startswith("`") else EMPHASIS.sub(r"\2", part) for part in CODE_SPAN.split(line))
+    line = "".join(part if part.startswith("`") else EMPHASIS.sub(r"\2", REFERENCE_LINK.sub(r"\1", part))
+                   for part in CODE_SPAN.split(line))
     return " ".join(line.split())
 
 

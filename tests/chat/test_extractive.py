@@ -39,6 +39,9 @@ def test_units_undo_bullets_and_pipes_skip_headings_and_keep_code_whole() -> Non
     assert sentences("Hit **Submit** to send it. Trac lists ''custom queries'' under '''View Tickets'''. "
                      "Use `a**2 + b**2` or `x = ''` here.") == [
         "Hit Submit to send it.", "Trac lists custom queries under View Tickets.", "Use `a**2 + b**2` or `x = ''` here."]
+    assert sentences("Consider a [separate etcd cluster just for events][etcd-events] or [this][]. "
+                     "Read rows[0][1] and `m[a][b]` as they are.") == [
+        "Consider a separate etcd cluster just for events or this.", "Read rows[0][1] and `m[a][b]` as they are."]
 
 
 def test_a_markdown_link_is_quoted_as_its_text() -> None:
