@@ -5,10 +5,10 @@ found the same way: each question word piece meets its closest piece of the sent
 (MiniLM's contextual vectors, IDF-weighted so "how do I" counts for nothing). That alone
 favours long sentences on the topic, so the score adds the IDF-weighted share of the
 question's words the sentence actually contains, the cosine between the question's
-embedding and the mean of the sentence's vectors (MiniLM was trained to put a question
-next to its answer when pooled this way: it finds "guaranteed to be set" for "can always
-count on", where no word is shared), and a small preference for sources the retrieval
-ranked higher.
+embedding and the mean of the sentence's stored vectors (mean pooling is how MiniLM was
+trained to place a question near its answer; over pieces read in context it finds
+"guaranteed to be set" for "can always count on", where no word is shared), and a small
+preference for sources the retrieval ranked higher.
 """
 
 from __future__ import annotations
@@ -223,6 +223,8 @@ def on_topic(question: str, texts: Sequence[str], rare: Collection[str]) -> list
     """Whether each text (a section heading) holds one of the question's rare words (`Scores.rare`),
     counted as coverage counts them: a heading that holds none is about something else, however its
     sentences sound."""
+    if not texts:
+        return []
     joined = compounds(question)
     return [not _found(text, "", joined).isdisjoint(rare) for text in texts]
 
