@@ -249,6 +249,18 @@ Choose <span class="menuItems">File</span> → <span class="menuItems">Export</s
 """
 
 
+def ingested_source(text: str, name: str) -> tuple[Any, Source]:
+    """A one-chunk document ingested for real (stored piece vectors and ids), with its chunk as source [1]."""
+    from kb.models import Chunk
+    from tests.factories import ingested_document
+
+    document = ingested_document(text, name=name)
+    [chunk] = Chunk.objects.filter(document=document)
+    return chunk, Source(number=1, chunk_id=chunk.pk, document_id=document.pk, document_title=document.title,
+                         label=chunk.breadcrumb, text=chunk.content, start=chunk.start, end=chunk.end, page=None,
+                         distance=0.2)
+
+
 def encodings(monkeypatch: Any) -> list[str]:
     """Every text the embedding model is asked to encode into word-piece vectors from now on."""
     from kb.ingest import embedding
@@ -271,13 +283,8 @@ def test_sentences_are_scored_with_their_chunks_stored_vectors_not_encoded_again
     from chat import sentences as scoring
     from kb.ingest import embedding
     from kb.ingest.pieces import unpack
-    from kb.models import Chunk
-    from tests.factories import ingested_document
 
-    document = ingested_document(GUIDE, name="export-guide.md")
-    [chunk] = Chunk.objects.filter(document=document)
-    src = Source(number=1, chunk_id=chunk.pk, document_id=document.pk, document_title=document.title,
-                 label=chunk.breadcrumb, text=chunk.content, start=chunk.start, end=chunk.end, page=None, distance=0.2)
+    chunk, src = ingested_source(GUIDE, "export-guide.md")
     parts = units(1, src.text)
     stranger = "Nothing in this guide mentions quarterly payroll reconciliation."
     found = scoring.stored_pieces([src], [u.text for u in parts] + [stranger], [1] * (len(parts) + 1))
@@ -315,14 +322,10 @@ def test_sentences_are_found_by_the_piece_ids_stored_at_ingest_and_older_chunks_
     from kb.ingest import embedding
     from kb.ingest.pieces import unpack_ids
     from kb.models import Chunk
-    from tests.factories import ingested_document
 
-    document = ingested_document(GUIDE, name="export-guide.md")
-    [chunk] = Chunk.objects.filter(document=document)
+    chunk, src = ingested_source(GUIDE, "export-guide.md")
     tokenizer = embedding.model().tokenizer
     assert unpack_ids(chunk.piece_ids) == tokenizer(chunk.text, add_special_tokens=False)["input_ids"]
-    src = Source(number=1, chunk_id=chunk.pk, document_id=document.pk, document_title=document.title,
-                 label=chunk.breadcrumb, text=chunk.content, start=chunk.start, end=chunk.end, page=None, distance=0.2)
     texts = [u.text for u in units(1, src.text)]
     tokenized: list[str] = []
     real = type(tokenizer).__call__
@@ -414,7 +417,6 @@ def test_aligning_a_sentence_finds_the_same_pieces_as_trying_every_walk(chunk_id
                                                     and found.tolist() == expected.tolist())
 
 
-
 LAPTOPS = """# Equipment
 
 ## Laptops
@@ -431,13 +433,8 @@ def test_the_sentence_that_answers_in_other_words_leads(monkeypatch: Any) -> Non
     stored piece vectors: "just joined … a computer" finds "new starters receive their machine", which
     shares no word with it, where piece matching alone leads with the first sentence on laptops."""
     from chat import sentences as scoring
-    from kb.models import Chunk
-    from tests.factories import ingested_document
 
-    document = ingested_document(LAPTOPS, name="equipment.md")
-    [chunk] = Chunk.objects.filter(document=document)
-    src = Source(number=1, chunk_id=chunk.pk, document_id=document.pk, document_title=document.title,
-                 label=chunk.breadcrumb, text=chunk.content, start=chunk.start, end=chunk.end, page=None, distance=0.2)
+    _, src = ingested_source(LAPTOPS, "equipment.md")
     prompt = build_prompt(question="just joined, when do I get a computer?", intent=CONCEPT, sources=[src])
     text = "".join(ExtractiveBackend().generate(prompt))
     assert text.startswith("New starters receive their machine at the front desk on the morning they begin [1]."), text
