@@ -7,13 +7,23 @@ from collections.abc import Callable
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_failure
+from celery.signals import task_failure, task_postrun, task_prerun
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
 
 app = Celery("kb")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _close_old_connections(**_: Any) -> None:
+    """What Django does around a request, around each task: a connection whose query failed (the server
+    restarted) or that outlived its max age is closed; the others are kept warm (settings.CELERY_DB_REUSE_MAX)."""
+    from django.db import close_old_connections
+
+    close_old_connections()
 
 
 @app.task(name="kb.ping")

@@ -238,6 +238,12 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # so one OOM kill left the answer worker unable to answer again.
 CELERY_WORKER_PROC_ALIVE_TIMEOUT = 120
 CELERY_TASK_TRACK_STARTED = True
+# Celery's Django fixup closes every database connection before and after each task, which undid the
+# workers' KB_DB_CONN_MAX_AGE (make run's keep one connection): every answer began on a new PostgreSQL
+# backend with cold catalog caches, and its first statements took ~15 ms more. The fixup now does so once
+# in this many tasks; around the others kb.celery closes a connection only where Django would around a
+# request (its query failed, or it is older than its max age).
+CELERY_DB_REUSE_MAX = 1000
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_RESULT_EXPIRES = 24 * 3600
 # Two queues, each with its own workers (kb/runtime/launcher.py): an answer never waits behind a

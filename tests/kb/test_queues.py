@@ -13,10 +13,13 @@ import pytest
 
 from kb.celery import app
 from kb.queues import ANSWERS, INGEST
-from kb.runtime.launcher import workers
+from kb.runtime.launcher import WORKER_DATABASE, workers
 from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS
 from tests.conftest import ROOT, service_env, start_worker, stop_process
 from tests.factories import ingested_document
+
+ANSWER_BACKEND = """SELECT pid, backend_start FROM pg_stat_activity
+    WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE 'UPDATE "chat_message"%%'"""
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -68,3 +71,37 @@ def test_a_question_is_answered_while_the_ingest_queue_is_full(people: dict[str,
     assert Message.objects.get(pk=answer.pk).status == Message.Status.DONE
     # The documents queued before the question are still waiting for an ingest worker.
     assert set(Document.objects.filter(pk__in=[d.pk for d in backlog]).values_list("status", flat=True)) == {"queued"}
+
+
+def _answered(user: Any) -> str:
+    from chat.models import Message
+    from chat.services import question_ask
+
+    answer = question_ask(user=user, question=EXPORT_QUESTION).answer
+    deadline = time.monotonic() + 60
+    while Message.objects.get(pk=answer.pk).status not in Message.FINISHED and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return str(Message.objects.get(pk=answer.pk).status)
+
+
+def test_an_answer_pool_process_keeps_its_database_connection_and_replaces_a_dead_one(people: dict[str, Any]) -> None:
+    """Celery closes every connection around each task unless told otherwise (settings.CELERY_DB_REUSE_MAX);
+    then each answer opened a new PostgreSQL backend and began with cold catalog caches."""
+    from django.db import connection
+
+    ingested_document(SHIPMENTS, "shipments.md")
+    worker = start_worker("answers-keep-a-connection", queues=ANSWERS, pool="prefork", **WORKER_DATABASE)
+    try:
+        assert _answered(people["alice"]) == "done"
+        with connection.cursor() as cursor:
+            cursor.execute(ANSWER_BACKEND)
+            first = cursor.fetchall()
+        assert len(first) == 1, f"the answer's connection was not kept: {first}"
+        assert _answered(people["alice"]) == "done"
+        with connection.cursor() as cursor:
+            cursor.execute(ANSWER_BACKEND)
+            assert cursor.fetchall() == first  # the same backend, not a new one with the same query
+            cursor.execute("SELECT pg_terminate_backend(%s)", [first[0][0]])
+        assert _answered(people["alice"]) == "done"  # a killed connection is replaced, not reused
+    finally:
+        stop_process(worker)
