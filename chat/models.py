@@ -82,6 +82,9 @@ class Message(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The Celery worker (its node name) that claimed the answer: when that worker is started again after it
+    # died (the launcher restarts it under the same name), it fails what it was producing at once.
+    worker = models.CharField(max_length=255, blank=True, default="")
 
     class Meta:
         ordering = ["conversation_id", "pk"]

@@ -143,17 +143,17 @@ class _Writer:
         self.send(event)
 
 
-def answer_produce(*, message_id: int, job_id: str | uuid.UUID | None = None) -> str | None:
+def answer_produce(*, message_id: int, job_id: str | uuid.UUID | None = None, worker: str = "") -> str | None:
     """Produce the answer stored as `message_id`: its final status, or None when it was not ours to produce.
 
-    Claims the row (pending → running) so a redelivered or stale job does nothing;
-    never raises for a failed answer (the reader gets an `error` event and the row says why).
+    Claims the row (pending → running, in the name of `worker`) so a redelivered or stale job does
+    nothing; never raises for a failed answer (the reader gets an `error` event and the row says why).
     """
     now = timezone.now()
     claim = Message.objects.filter(pk=message_id, role=Message.Role.ASSISTANT)
     if job_id is not None:
         claim = claim.filter(job_id=job_id)
-    running = {"status": Message.Status.RUNNING, "started_at": now}
+    running = {"status": Message.Status.RUNNING, "started_at": now, "worker": worker[:255]}
     # A pending answer has never run, so it has nothing to clear: the common case costs one statement.
     if not claim.filter(status=Message.Status.PENDING).update(**running):
         # A running answer whose worker died long ago (acks_late redelivers its job) starts over.
@@ -202,6 +202,18 @@ def answers_expire(*, now: datetime | None = None) -> int:
     )
     return sum(_fail_lost(pk, conversation_id, status, reason="lease expired", now=now)
                for pk, conversation_id, status in stale.values_list("pk", "conversation_id", "status"))
+
+
+def answers_orphaned(*, worker: str, before: datetime) -> int:
+    """Fail the answers `worker` claimed before `before` (its start) and never finished: the worker died
+    with them, and has just been started again under its name. Their readers get an `error` event now
+    instead of after the lease (KB_ANSWER_LEASE_SECONDS); returns how many."""
+    if not worker:
+        return 0
+    orphans = Message.objects.filter(role=Message.Role.ASSISTANT, status=Message.Status.RUNNING, worker=worker,
+                                     started_at__lt=before)
+    return sum(_fail_lost(pk, conversation_id, Message.Status.RUNNING, reason="worker lost", now=timezone.now())
+               for pk, conversation_id in orphans.values_list("pk", "conversation_id"))
 
 
 def answer_job_lost(*, message_id: int, job_id: str | None) -> bool:

@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_process_init, worker_ready
+from celery.signals import worker_init, worker_process_init, worker_ready
 
 from chat import conf
 from kb.celery import when_job_lost
+
+log = logging.getLogger(__name__)
 
 
 # The answer itself stops at KB_ANSWER_TIMEOUT; these limits catch a generator that ignores it.
 # A lost pool process is not retried (as documents are): the job is acknowledged and the answer
 # fails at once (_answer_job_lost), so a question that kills its process cannot kill the next one.
-@shared_task(name="chat.answer_message", acks_late=True, reject_on_worker_lost=False, ignore_result=True,
+@shared_task(name="chat.answer_message", bind=True, acks_late=True, reject_on_worker_lost=False, ignore_result=True,
              soft_time_limit=int(conf.answer_timeout()) + 30, time_limit=int(conf.answer_timeout()) + 60)
-def answer_message(message_id: int, job_id: str | None = None) -> str | None:
+def answer_message(self: Any, message_id: int, job_id: str | None = None) -> str | None:
     from chat.services import answer_produce
 
-    return answer_produce(message_id=message_id, job_id=job_id)
+    return answer_produce(message_id=message_id, job_id=job_id, worker=self.request.hostname or "")
 
 
 def _answer_job_lost(message_id: int, job_id: str | None = None) -> None:
@@ -47,9 +50,28 @@ def _load_the_embedding_model(**_: Any) -> None:
         embedding.query_encoder()
 
 
+_started: dict[str, Any] = {}
+
+
+@worker_init.connect
+def _note_the_start(sender: Any = None, **_: object) -> None:
+    """The worker's name and start, before its pool takes any job: what it claimed earlier, it claimed
+    in an earlier life."""
+    from django.utils import timezone
+
+    _started.update(worker=getattr(sender, "hostname", "") or "", at=timezone.now())
+
+
 @worker_ready.connect
 def _start_sweeper(**_: object) -> None:
-    """Every worker heals lost work (chat.sweeper)."""
+    """Every worker heals lost work (chat.sweeper), starting with the answers it was producing when it
+    died, if it did."""
+    from chat.services import answers_orphaned
     from chat.sweeper import start
 
+    if _started:
+        try:
+            answers_orphaned(worker=_started["worker"], before=_started["at"])
+        except Exception:  # the database may be restarting too: their lease still ends them
+            log.exception("could not fail the answers this worker was producing when it stopped")
     start()

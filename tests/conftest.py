@@ -117,16 +117,17 @@ def manage(*args: str, env: dict[str, str] | None = None, timeout: float = 120) 
 
 
 def start_worker(name: str = "celery-worker", queues: str = f"{INGEST},{ANSWERS}", pool: str = "solo",
-                 **env: str) -> subprocess.Popen[str]:
+                 hostname: str | None = None, **env: str) -> subprocess.Popen[str]:
     """A real worker process on the real Redis broker, reading the test database; returns once it answers a ping.
 
     It serves both queues unless told otherwise (`make run` gives each its own worker), in one process
-    unless `pool="prefork"` (then one pool process, as `make run`'s workers have); `env` overrides its
-    environment (KB_SWEEP_SECONDS=…).
+    unless `pool="prefork"` (then one pool process, as `make run`'s workers have); `hostname` is its node
+    name (a new one each time unless given, as the launcher gives a restarted worker its old one); `env`
+    overrides its environment (KB_SWEEP_SECONDS=…).
     """
     from kb.celery import app
 
-    hostname = f"{name}-{os.getpid()}-{time.monotonic_ns()}@localhost"
+    hostname = hostname or f"{name}-{os.getpid()}-{time.monotonic_ns()}@localhost"
     log = OUTPUT / f"{name}.log"
     log.parent.mkdir(exist_ok=True)
     with open(log, "w") as out:

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from chat.events import group_name
 from chat.models import Message
-from chat.services import answers_expire, question_ask
+from chat.services import answers_expire, answers_orphaned, question_ask
 from kb.models import Document
 from kb.runtime import embedded
 from kb.services import document_upload, documents_requeue_stuck
@@ -128,6 +128,60 @@ def test_sigkill_the_worker_mid_answer_and_the_reader_hears_it_failed(
     answer.refresh_from_db()
     assert answer.status == Message.Status.FAILED and event["message"] == answer.pk
     assert (answer.finished_at - answer.started_at).total_seconds() < 90  # within the lease and a sweep or two
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_started_again_under_its_name_fails_the_answer_it_died_with_at_once(
+    corpus: dict[str, Document], people: dict[str, Any]
+) -> None:
+    """`make run` starts a dead worker again under its old name (kb.runtime.launcher): the answer it was
+    producing fails as it starts, not when the lease (420 s by default) runs out. No sweeper runs here."""
+    with StubOpenAI(["Press", " Export", " now", " [1]", "."], pause_after=2) as stub:
+        env = {"KB_ANSWER_BACKEND": "openai", "KB_OPENAI_BASE_URL": stub.url, "KB_SWEEP_SECONDS": "0"}
+        name = f"answers-started-again-{os.getpid()}@localhost"
+        worker = start_worker(pool="prefork", hostname=name, **env)
+        try:
+            with transaction.atomic():
+                answer = question_ask(user=people["alice"], question=EXPORT_QUESTION).answer
+            assert stub.paused.wait(90), "the worker never reached the model server"
+            with listening_to(answer.conversation_id) as receive:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait(10)
+                running = Message.objects.get(pk=answer.pk)
+                assert (running.status, running.worker) == (Message.Status.RUNNING, name)
+                stub.resume()
+                replacement = start_worker(hostname=name, **env)
+                try:
+                    event = receive()
+                    while event["type"] != "error":
+                        event = receive()
+                finally:
+                    stop_process(replacement)
+        finally:
+            stop_process(worker)
+    answer.refresh_from_db()
+    assert answer.status == Message.Status.FAILED and event["message"] == answer.pk
+    assert answer.error.startswith("worker lost")
+    assert (answer.finished_at - answer.started_at).total_seconds() < 60
+
+
+@pytest.mark.django_db(transaction=True)
+def test_only_answers_the_worker_claimed_before_it_started_are_orphans(people: dict[str, Any]) -> None:
+    started = timezone.now()
+    answers = {}
+    for key, worker, claimed in (("died with it", "a@host", started - timedelta(seconds=5)),
+                                 ("another worker's", "b@host", started - timedelta(seconds=5)),
+                                 ("claimed since", "a@host", started + timedelta(seconds=1)),
+                                 ("no worker named", "", started - timedelta(seconds=5))):
+        answer = question_ask(user=people["alice"], question=key, enqueue=False).answer
+        Message.objects.filter(pk=answer.pk).update(status=Message.Status.RUNNING, worker=worker, started_at=claimed)
+        answers[key] = answer.pk
+    assert answers_orphaned(worker="a@host", before=started) == 1
+    assert answers_orphaned(worker="", before=started) == 0
+    statuses = dict(Message.objects.filter(pk__in=answers.values()).values_list("pk", "status"))
+    assert {key: statuses[pk] for key, pk in answers.items()} == {
+        "died with it": "failed", "another worker's": "running", "claimed since": "running", "no worker named": "running"}
 
 
 @pytest.mark.slow
