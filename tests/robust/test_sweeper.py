@@ -99,34 +99,45 @@ def test_stuck_documents_are_requeued_and_repeat_offenders_fail(
     assert not queued
 
 
-@pytest.mark.slow
-@pytest.mark.django_db(transaction=True)
-def test_sigkill_the_worker_mid_answer_and_the_reader_hears_it_failed(
-    corpus: dict[str, Document], people: dict[str, Any]
-) -> None:
+def _answer_whose_worker_dies(people: dict[str, Any], env: dict[str, str], *, worker: dict[str, str],
+                              replacement: dict[str, str]) -> tuple[Message, dict[str, Any]]:
+    """Ask; SIGKILL the worker (`start_worker(**worker)`, all its processes) while the answer waits on the
+    model server; start `replacement`; return the answer and the first error event its readers hear."""
     with StubOpenAI(["Press", " Export", " now", " [1]", "."], pause_after=2) as stub:
-        env = {"KB_ANSWER_BACKEND": "openai", "KB_OPENAI_BASE_URL": stub.url, "KB_ANSWER_LEASE_SECONDS": "45",
-               "KB_SWEEP_SECONDS": "1"}
-        worker = start_worker("worker-killed-mid-answer", **env)
+        env = {"KB_ANSWER_BACKEND": "openai", "KB_OPENAI_BASE_URL": stub.url, **env}
+        process = start_worker(**worker, **env)
         try:
             with transaction.atomic():
                 answer = question_ask(user=people["alice"], question=EXPORT_QUESTION).answer
             assert stub.paused.wait(90), "the worker never reached the model server"
             with listening_to(answer.conversation_id) as receive:
-                os.killpg(worker.pid, signal.SIGKILL)
-                worker.wait(10)
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(10)
                 assert Message.objects.get(pk=answer.pk).status == Message.Status.RUNNING
-                replacement = start_worker("worker-after-the-kill", **env)
+                stub.resume()
+                started_again = start_worker(**replacement, **env)
                 try:
                     event = receive()
                     while event["type"] != "error":
                         event = receive()
                 finally:
-                    stop_process(replacement)
+                    stop_process(started_again)
         finally:
-            stop_process(worker)
+            stop_process(process)
     answer.refresh_from_db()
     assert answer.status == Message.Status.FAILED and event["message"] == answer.pk
+    return answer, event
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_sigkill_the_worker_mid_answer_and_the_reader_hears_it_failed(
+    corpus: dict[str, Document], people: dict[str, Any]
+) -> None:
+    answer, _ = _answer_whose_worker_dies(people, {"KB_ANSWER_LEASE_SECONDS": "45", "KB_SWEEP_SECONDS": "1"},
+                                          worker={"name": "worker-killed-mid-answer"},
+                                          replacement={"name": "worker-after-the-kill"})
+    assert answer.error.startswith("lease expired")
     assert (answer.finished_at - answer.started_at).total_seconds() < 90  # within the lease and a sweep or two
 
 
@@ -137,32 +148,10 @@ def test_a_worker_started_again_under_its_name_fails_the_answer_it_died_with_at_
 ) -> None:
     """`make run` starts a dead worker again under its old name (kb.runtime.launcher): the answer it was
     producing fails as it starts, not when the lease (420 s by default) runs out. No sweeper runs here."""
-    with StubOpenAI(["Press", " Export", " now", " [1]", "."], pause_after=2) as stub:
-        env = {"KB_ANSWER_BACKEND": "openai", "KB_OPENAI_BASE_URL": stub.url, "KB_SWEEP_SECONDS": "0"}
-        name = f"answers-started-again-{os.getpid()}@localhost"
-        worker = start_worker(pool="prefork", hostname=name, **env)
-        try:
-            with transaction.atomic():
-                answer = question_ask(user=people["alice"], question=EXPORT_QUESTION).answer
-            assert stub.paused.wait(90), "the worker never reached the model server"
-            with listening_to(answer.conversation_id) as receive:
-                os.killpg(worker.pid, signal.SIGKILL)
-                worker.wait(10)
-                running = Message.objects.get(pk=answer.pk)
-                assert (running.status, running.worker) == (Message.Status.RUNNING, name)
-                stub.resume()
-                replacement = start_worker(hostname=name, **env)
-                try:
-                    event = receive()
-                    while event["type"] != "error":
-                        event = receive()
-                finally:
-                    stop_process(replacement)
-        finally:
-            stop_process(worker)
-    answer.refresh_from_db()
-    assert answer.status == Message.Status.FAILED and event["message"] == answer.pk
-    assert answer.error.startswith("worker lost")
+    name = f"answers-started-again-{os.getpid()}@localhost"
+    answer, _ = _answer_whose_worker_dies(people, {"KB_SWEEP_SECONDS": "0"},
+                                          worker={"pool": "prefork", "hostname": name}, replacement={"hostname": name})
+    assert answer.worker == name and answer.error.startswith("worker lost")
     assert (answer.finished_at - answer.started_at).total_seconds() < 60
 
 
