@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_init, worker_process_init, worker_ready
+from celery.signals import worker_process_init, worker_ready
 
 from chat import conf
 from kb.celery import when_job_lost
@@ -50,28 +50,17 @@ def _load_the_embedding_model(**_: Any) -> None:
         embedding.query_encoder()
 
 
-_started: dict[str, Any] = {}
-
-
-@worker_init.connect
-def _note_the_start(sender: Any = None, **_: object) -> None:
-    """The worker's name and start, before its pool takes any job: what it claimed earlier, it claimed
-    in an earlier life."""
-    from django.utils import timezone
-
-    _started.update(worker=getattr(sender, "hostname", "") or "", at=timezone.now())
-
-
 @worker_ready.connect
-def _start_sweeper(**_: object) -> None:
+def _start_sweeper(sender: Any = None, **_: object) -> None:
     """Every worker heals lost work (chat.sweeper), starting with the answers it was producing when it
-    died, if it did."""
+    died, if it did: those its name claimed before it started."""
     from chat.services import answers_orphaned
     from chat.sweeper import start
 
-    if _started:
+    controller = getattr(sender, "controller", None)  # sent by the worker's consumer; its controller is the worker
+    if controller is not None:
         try:
-            answers_orphaned(worker=_started["worker"], before=_started["at"])
+            answers_orphaned(worker=controller.hostname, before=controller.startup_time)
         except Exception:  # the database may be restarting too: their lease still ends them
             log.exception("could not fail the answers this worker was producing when it stopped")
     start()
