@@ -106,9 +106,10 @@ def load(path: Path) -> torch.nn.Module:
     network = build()
     with np.load(path) as arrays:
         state = dequantize(arrays)
-    missing = network.load_state_dict(state, strict=False)
-    if missing.missing_keys:
-        raise ValueError(f"{path}: relevance weights lack {missing.missing_keys[:3]}")
+    try:  # strict: weights of another shape or depth are not this model's
+        network.load_state_dict(state)
+    except RuntimeError as exc:
+        raise ValueError(f"{path}: not this relevance model's weights ({exc})") from None
     return network.eval()
 
 
