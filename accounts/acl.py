@@ -123,3 +123,26 @@ def visible_folders(user: Any) -> QuerySet[Folder]:
     mine = (Q(public=True) | Q(users=user) | Q(groups__in=user.groups.all())
             | readable_filter(user, through="documents__"))
     return Folder.objects.filter(pk__in=Folder.objects.filter(mine).values("pk"))
+
+
+def may_read(user: Any, obj: Document | Folder) -> bool:
+    """Read access to one object: a document's served principals admit `user`; a folder's own grants do."""
+    from kb.models import Document
+
+    if isinstance(obj, Document):
+        return principals_admit(obj.acl, user)
+    if not is_active_user(user):
+        return False
+    return bool(obj.public or obj.users.filter(pk=user.pk).exists()
+                or obj.groups.filter(pk__in=user.groups.values("pk")).exists())
+
+
+def staff_may(user: Any, permission: str, obj: Document | Folder | None = None) -> bool:
+    """The one rule for every change through the API or the admin: active staff holding the Django model
+    permission for that action (`"kb.change_folder"`) and able to read the object. Superusers pass;
+    nobody else manages what they cannot read."""
+    if not is_active_user(user) or not user.is_staff:
+        return False
+    if user.is_superuser:
+        return True
+    return bool(user.has_perm(permission)) and (obj is None or may_read(user, obj))
