@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/chat.py [--answers 1000] [--json OUT]
     .venv/bin/python bench/chat.py --ttft [--questions 200] [--runs 3] [--json OUT]
+    .venv/bin/python bench/chat.py --ttft --manuals [--questions 120] [--runs 3]
 
 `--ttft` measures what a user waits for, end to end, on the development corpus
 (../shared/eval): real Daphne and the two Celery workers exactly as `make run` starts them
@@ -10,6 +11,8 @@
 nothing else running and once while `manage.py ingest` indexes the development corpus
 again (into fresh folders, round after round, on the ingest worker); it prints p50/p95
 of both per run, their medians over the runs, and the load average beside each.
+`--manuals` asks about big manuals instead (bench/manuals.py: a 311-page PDF and five long
+reStructuredText pages of a library reference, built once under var/bench-manuals).
 
 Like `manage.py evaluate`, it never touches the live knowledge base: it creates a scratch
 database on the same PostgreSQL server, runs itself again as a child process against it
@@ -150,6 +153,8 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=200, help="questions per phase of a --ttft run")
     parser.add_argument("--runs", type=int, default=3, help="--ttft runs (medians over them are printed)")
     parser.add_argument("--eval-dir", type=Path, default=DEV_DIR, help="the set --ttft asks (default ../shared/eval)")
+    parser.add_argument("--manuals", action="store_true",
+                        help="--ttft on big PDF and reStructuredText manuals (bench/manuals.py) instead")
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     parser.add_argument("--inner", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -157,6 +162,8 @@ def main() -> None:
         parser.error("--answers must be at least 100")
     if args.ttft and (args.questions < 1 or args.runs < 1):
         parser.error("--questions and --runs must be at least 1")
+    if args.manuals and not args.ttft:
+        parser.error("--manuals is a corpus for --ttft")
     _setup()
     if args.inner:
         if args.ttft:
@@ -168,6 +175,11 @@ def main() -> None:
         args.inner.write_text(json.dumps(result))
         return
     if args.ttft:
+        if args.manuals:
+            from bench.manuals import build
+            from kb.runtime.embedded import var_dir
+
+            args.eval_dir = build(var_dir() / "bench-manuals")
         result = run_in_scratch_database(SCRIPT, ["--ttft", "--questions", str(args.questions), "--runs", str(args.runs),
                                                   "--eval-dir", str(args.eval_dir.resolve())])
         from bench.ttft import report_ttft

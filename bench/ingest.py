@@ -26,7 +26,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -40,18 +39,16 @@ def pdf_corpus(target: Path) -> Path:
     """The PDF-heavy corpus: built once from Debian packages' public manuals, then reused."""
     if target.is_dir() and any(target.glob("*.pdf")):
         return target
-    target.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="kb-bench-pdf-") as tmp:
-        apt_get, dpkg_deb = shutil.which("apt-get"), shutil.which("dpkg-deb")
-        if not (apt_get and dpkg_deb):
-            raise SystemExit("--pdf builds its corpus from Debian packages: it needs apt-get and dpkg-deb")
-        subprocess.run([apt_get, "download", *PDF_PACKAGES], cwd=tmp, check=True, stdout=subprocess.DEVNULL)
-        for deb in Path(tmp).glob("*.deb"):
-            subprocess.run([dpkg_deb, "-x", str(deb), str(Path(tmp) / "root")], check=True)
-        found = list((Path(tmp) / "root").rglob("*.pdf")) + list(Path("/usr/share/doc").rglob("*.pdf"))
-        for pdf in found:
-            if pdf.stat().st_size > 50_000 and not (target / pdf.name).exists():  # skip figures and stubs
-                shutil.copy(pdf, target / pdf.name)
+    from bench.manuals import debian_files
+
+    found = debian_files(PDF_PACKAGES, lambda path: path.endswith(".pdf"), target)
+    for pdf in Path("/usr/share/doc").rglob("*.pdf"):
+        if not (target / pdf.name).exists():
+            shutil.copy(pdf, target / pdf.name)
+            found.append(target / pdf.name)
+    for pdf in found:
+        if pdf.stat().st_size <= 50_000:
+            pdf.unlink()  # figures and stubs
     return target
 
 

@@ -86,7 +86,7 @@ def stored_pieces(sources: Sequence[Source], texts: Sequence[str], numbers: Sequ
     # The ids stored at ingest; a chunk indexed before they were stored has its text tokenized here.
     untokenized = [row[3] for row in rows if row[5] is None]
     tokenized = iter(tokenizer(untokenized, add_special_tokens=False)["input_ids"] if untokenized else [])
-    runs: dict[int, list[_Pieces]] = {}  # source number -> its chunks' pieces
+    runs: dict[int, list[_Pieces]] = {}  # source number -> its chunks' pieces, in document order
     for document_id, start, end, _, data, stored_ids in rows:
         ids = next(tokenized) if stored_ids is None else unpack_ids(stored_ids)
         vectors = unpack(data, dimensions)
@@ -97,20 +97,34 @@ def stored_pieces(sources: Sequence[Source], texts: Sequence[str], numbers: Sequ
                 runs.setdefault(source.number, []).append(_Pieces(ids, _as_text(ids), vectors))
     wanted = tokenizer([t.removesuffix(" …") for t in texts], add_special_tokens=False)["input_ids"]
     found: list[np.ndarray | None] = []
+    cursor: dict[int, int] = {}  # source number -> the chunk its last located sentence ended in
     for ids, number in zip(wanted, numbers, strict=True):
-        chunks = runs.get(number, [])
-        found.append(_located(ids, chunks))
+        located = _located(ids, runs.get(number, []), cursor.get(number, 0))
+        if located is not None:
+            cursor[number] = located[1]
+        found.append(None if located is None else located[0])
     return found
 
 
-def _located(ids: list[int], chunks: list[_Pieces]) -> np.ndarray | None:
-    """The sentence's vectors: as one run of a chunk, else aligned piece by piece in one chunk, else in
-    runs over several chunks (longer than one chunk); None when none of these finds it."""
+NEAR = 3  # chunks, from the one the sentence before ended in, where a sentence is looked for first
+
+
+def _located(ids: list[int], chunks: list[_Pieces], at: int) -> tuple[np.ndarray, int] | None:
+    """The sentence's vectors and the chunk they end in: as one run of a chunk, else aligned piece by piece
+    in one chunk, else in runs over several chunks (longer than one chunk); None when none of these finds it.
+
+    A source's sentences come in the order of its chunks, so each is looked for in the few chunks from the
+    one the sentence before it ended in (`at`, one back for the overlap of split parts): the work per
+    sentence does not grow with the source. Only an exact run is then looked for in every chunk (one
+    substring search each); a 300-page manual's long section took 15 s to align when every sentence walked
+    every chunk."""
+    first = max(0, at - 1)
+    near = chunks[first : at + NEAR]
     for locate in (_run_of, _aligned, _spanning):
-        vectors = locate(ids, chunks)
-        if vectors is not None:
-            return vectors
-    return None
+        located = locate(ids, near)
+        if located is not None:
+            return located[0], first + located[1]
+    return _run_of(ids, chunks)
 
 
 @dataclass(frozen=True)
@@ -126,15 +140,15 @@ def _as_text(ids: list[int]) -> str:
     return "".join(map(chr, ids))
 
 
-def _run_of(ids: list[int], chunks: list[_Pieces]) -> np.ndarray | None:
-    """The vectors of the first chunk run of exactly these pieces."""
+def _run_of(ids: list[int], chunks: Sequence[_Pieces]) -> tuple[np.ndarray, int] | None:
+    """The vectors of the first chunk run of exactly these pieces, and that chunk's place in `chunks`."""
     if not ids:
         return None
     wanted = _as_text(ids)
-    for chunk in chunks:
+    for k, chunk in enumerate(chunks):
         at = chunk.text.find(wanted)
         if at >= 0:
-            return chunk.vectors[at : at + len(ids)]
+            return chunk.vectors[at : at + len(ids)], k
     return None
 
 
@@ -155,12 +169,13 @@ def _joiner_ids() -> frozenset[int]:
     return frozenset(embedding.model().tokenizer(ROW_JOINER, add_special_tokens=False)["input_ids"])
 
 
-def _aligned(ids: list[int], chunks: list[_Pieces]) -> np.ndarray | None:
+def _aligned(ids: list[int], chunks: Sequence[_Pieces]) -> tuple[np.ndarray, int] | None:
     """The vectors of the sentence's pieces found in order in one chunk, each within ALIGN_GAP of the last,
-    from the start that finds most; pieces the chunk lacks are left out. None below ALIGN_SHARE."""
+    from the start that finds most, and that chunk's place; pieces the chunk lacks are left out. None below
+    ALIGN_SHARE."""
     best: list[int] = []
-    best_vectors: np.ndarray | None = None
-    for chunk in chunks:
+    best_chunk = -1
+    for place, chunk in enumerate(chunks):
         chunk_ids = chunk.ids
         for first in range(min(3, len(ids))):
             if len(best) >= len(ids) - first:
@@ -177,34 +192,35 @@ def _aligned(ids: list[int], chunks: list[_Pieces]) -> np.ndarray | None:
                         taken.append(nxt)
                         nxt += 1
                 if len(taken) > len(best):
-                    best, best_vectors = taken, chunk.vectors
+                    best, best_chunk = taken, place
     findable = len([t for t in ids if t not in _joiner_ids()])  # a short row of many cells is half dashes
-    if best_vectors is None or len(best) < max(2, ALIGN_SHARE * findable):
+    if best_chunk < 0 or len(best) < max(2, ALIGN_SHARE * findable):
         return None
-    return best_vectors[best]
+    return chunks[best_chunk].vectors[best], best_chunk
 
 
 SPAN_PART = 8  # word pieces: each part of a sentence found in one chunk but the last is at least this long
 
 
-def _spanning(ids: list[int], chunks: list[_Pieces]) -> np.ndarray | None:
+def _spanning(ids: list[int], chunks: Sequence[_Pieces]) -> tuple[np.ndarray, int] | None:
     """The vectors of a sentence longer than a chunk (a long code block cut over two or three chunks):
     the longest run of its first pieces in any chunk, then of the pieces after those, and so on.
     Without this such a sentence was encoded on the spot: ~60 ms a sentence here."""
     parts: list[np.ndarray] = []
     rest = _as_text(ids)
+    last = -1
     while rest:
         length, vectors = 0, None
-        for chunk in chunks:
+        for place, chunk in enumerate(chunks):
             found = _longest_prefix(rest, chunk.text)
             if found > length:
                 at = chunk.text.find(rest[:found])
-                length, vectors = found, chunk.vectors[at : at + found]
+                length, vectors, last = found, chunk.vectors[at : at + found], place
         if vectors is None or (length < SPAN_PART and length < len(rest)):
             return None
         parts.append(vectors)
         rest = rest[length:]
-    return np.concatenate(parts)
+    return np.concatenate(parts), last
 
 
 def _longest_prefix(wanted: str, text: str) -> int:

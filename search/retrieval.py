@@ -445,22 +445,46 @@ def _decide(result: SearchResult, *, query: str, fused: list[Hit], hits: list[Hi
     return result.probability >= model.cutoff
 
 
+REASSEMBLE_REACH = 3  # parts each side of the one that matched: a PDF without headings is one section of ~1,000
+
+
+def _windows(hits: Sequence[Hit]) -> list[tuple[Hit, tuple[int, int] | None]]:
+    """Each hit with the parts of its split section it brings (None: not split); a hit inside a window
+    taken by a better one adds nothing, and windows of one section never overlap."""
+    out: list[tuple[Hit, tuple[int, int] | None]] = []
+    taken: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
+    for hit in hits:
+        if not hit.split_group or hit.part is None:
+            out.append((hit, None))
+            continue
+        spans = taken[(hit.document_id, hit.split_group)]
+        if any(low <= hit.part <= high for low, high in spans):
+            continue
+        # Seven parts around the match, shifted to stay inside the section: one of up to seven comes whole.
+        low = max(1, min(hit.part - REASSEMBLE_REACH, (hit.parts or hit.part) - 2 * REASSEMBLE_REACH))
+        high = low + 2 * REASSEMBLE_REACH
+        for other_low, other_high in spans:  # clipped at the nearest window on either side
+            if other_high < hit.part:
+                low = max(low, other_high + 1)
+            else:
+                high = min(high, other_low - 1)
+        spans.append((low, high))
+        out.append((hit, (low, high)))
+    return out
+
+
 def reassemble(hits: Sequence[Hit]) -> list[tuple[Hit, list[Chunk]]]:
     """The passed hits as sources for the generator, in order: an unsplit hit alone (it carries its
-    text and locator), a split section once, with all its parts in order (one query for every section)."""
-    firsts: list[Hit] = []
-    seen: set[tuple[int, str]] = set()
-    for hit in hits:
-        key = (hit.document_id, hit.split_group)
-        if hit.split_group and key in seen:
-            continue
-        seen.add(key)
-        firsts.append(hit)
+    text and locator), a split section as the part that matched with REASSEMBLE_REACH parts on each side
+    (a section of up to seven parts whole), in order (one query for every section). The whole section was read before: every answer
+    from a 300-page manual without headings quoted, and aligned, all of it."""
+    windows = _windows(hits)
     parts: dict[tuple[int, str], list[Chunk]] = defaultdict(list)
-    sections = [Q(document_id=h.document_id, split_group=h.split_group) for h in firsts if h.split_group]
+    sections = [Q(document_id=h.document_id, split_group=h.split_group, part__range=span) for h, span in windows if span]
     if sections:
         located = Chunk.objects.filter(reduce(operator.or_, sections)).only(
-            "document_id", "split_group", "ordinal", "start", "end", "page", "content")  # not the vectors
+            "document_id", "split_group", "part", "ordinal", "start", "end", "page", "content")  # not the vectors
         for chunk in located.order_by("ordinal"):
             parts[(chunk.document_id, chunk.split_group)].append(chunk)
-    return [(h, parts[(h.document_id, h.split_group)] if h.split_group else []) for h in firsts]
+    return [(h, [c for c in parts[(h.document_id, h.split_group)] if span[0] <= (c.part or 0) <= span[1]]
+             if span else []) for h, span in windows]
