@@ -18,8 +18,8 @@ from accounts.api import api_auth
 from accounts.models import Scope
 from chat import selectors, services
 from chat.events import CitationPayload, EventSchema
-from chat.models import Conversation, Feedback, Message
-from chat.selectors import MessageView
+from chat.models import Conversation, Message
+from chat.selectors import FeedbackView, MessageView, ReviewView
 from kb.api_contract import BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, TypedIn
 
 router = Router(tags=["chat"], auth=api_auth(Scope.ASK))
@@ -179,7 +179,7 @@ def _message(view: MessageView) -> dict[str, Any]:
     m = view.message
     return {
         "id": m.pk, "role": m.role, "status": m.status, "text": view.text, "html": view.html,
-        "withheld": view.withheld, "intent": m.intent, "refusal_reason": m.refusal_reason, "error": m.error,
+        "withheld": view.withheld, "intent": m.intent, "refusal_reason": m.refusal_reason, "error": view.error,
         "backend": m.backend, "model": m.model, "notice": m.notice, "timings": view.timings,
         "citations": view.citations, "restricted_citations": view.restricted, "unsupported": view.unsupported,
         "rating": m.rating,
@@ -187,22 +187,22 @@ def _message(view: MessageView) -> dict[str, Any]:
     }
 
 
-def _feedback(feedback: Feedback) -> dict[str, Any]:
+def _feedback(shown: FeedbackView) -> dict[str, Any]:
+    feedback = shown.feedback
     return {
         "id": feedback.pk, "kind": feedback.kind, "citation": feedback.citation.number if feedback.citation else None,
-        "note": feedback.note, "reviewer": feedback.reviewer.get_username() if feedback.reviewer else None,
+        "note": shown.note, "reviewer": feedback.reviewer.get_username() if feedback.reviewer else None,
         "created_at": feedback.created_at,
     }
 
 
-def _review(view: MessageView) -> dict[str, Any]:
-    m = view.message
-    return _message(view) | {
+def _review(review: ReviewView) -> dict[str, Any]:
+    m = review.answer.message
+    return _message(review.answer) | {
         "conversation": m.conversation_id,
         "owner": m.conversation.owner.get_username(),
         "question": m.question.text if m.question else "",
-        # A reviewer's note may quote the answer it flags: withheld with it.
-        "feedback": [_feedback(f) | ({"note": ""} if view.withheld else {}) for f in m.feedback.all()],
+        "feedback": [_feedback(f) for f in review.feedback],
     }
 
 
@@ -214,8 +214,8 @@ def _preview(text: str, limit: int) -> tuple[str, bool]:
     return (cut.rsplit(" ", 1)[0] if " " in cut[limit // 2 :] else cut) + "…", True
 
 
-def _review_brief(view: MessageView) -> dict[str, Any]:
-    m = view.message
+def _review_brief(review: ReviewView) -> dict[str, Any]:
+    view, m = review.answer, review.answer.message
     text, text_truncated = _preview(view.text or "", PREVIEW_CHARS * 4)
     citations = []
     for c in view.citations:
@@ -226,8 +226,8 @@ def _review_brief(view: MessageView) -> dict[str, Any]:
         "id": m.pk, "conversation": m.conversation_id, "owner": m.conversation.owner.get_username(),
         "question": m.question.text if m.question else "", "status": m.status, "text": text,
         "text_truncated": text_truncated, "withheld": view.withheld, "refusal_reason": m.refusal_reason,
-        "error": m.error, "backend": m.backend, "citations": citations, "restricted_citations": view.restricted,
-        "unsupported": view.unsupported, "feedback": [_feedback(f) for f in m.feedback.all()], "created_at": m.created_at,
+        "error": view.error, "backend": m.backend, "citations": citations, "restricted_citations": view.restricted,
+        "unsupported": view.unsupported, "feedback": [_feedback(f) for f in review.feedback], "created_at": m.created_at,
     }
 
 
@@ -284,7 +284,7 @@ def review_answers(request: HttpRequest, filters: Query[ReviewFilter]) -> list[d
     _require_reviewer(request)
     answers = selectors.review_answers(flagged=filters.flagged, status=filters.status, limit=filters.limit,
                                        before=filters.before)
-    return [_review_brief(v) for v in selectors.message_views(answers, viewer=request.user)]
+    return [_review_brief(r) for r in selectors.review_views(answers, viewer=request.user)]
 
 
 @router.get("/review/answers/{message_id}", response={200: ReviewAnswerOut, **PARAMS, **NOT_FOUND}, tags=["review"])
@@ -293,7 +293,7 @@ def review_answer(request: HttpRequest, message_id: int) -> dict[str, Any]:
     answer = selectors.review_answer(message_id)
     if answer is None:
         raise HttpError(404, "no such answer")
-    return _review(selectors.message_views([answer], viewer=request.user)[0])
+    return _review(selectors.review_views([answer], viewer=request.user)[0])
 
 
 @router.post("/review/answers/{message_id}/feedback", response={201: FeedbackOut, **BODY, **NOT_FOUND}, tags=["review"])
@@ -304,7 +304,7 @@ def review_feedback(request: HttpRequest, message_id: int, payload: FeedbackIn) 
         raise HttpError(404, "no such answer")
     created = services.feedback_add(reviewer=request.user, message=answer, kind=payload.kind,
                                     citation_number=payload.citation, note=payload.note)
-    return Status(201, _feedback(created))
+    return Status(201, _feedback(FeedbackView(created, created.note)))
 
 
 @router.post("/review/answers/{message_id}/unsupported/{index}", response={200: ReviewAnswerOut, **BODY, **NOT_FOUND},

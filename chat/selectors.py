@@ -21,6 +21,7 @@ from chat.events import CitationPayload, ClaimPayload, Event, Timings, citation_
 from chat.models import Citation, Conversation, Feedback, Message
 
 WITHHELD = "This answer is hidden because it draws on a document you cannot read (any more)."
+WITHHELD_ERROR = "The answer could not be finished."
 
 
 def conversation_for_user(user: Any, pk: int) -> Conversation | None:
@@ -65,6 +66,7 @@ class MessageView:
     citations: list[CitationPayload] = field(default_factory=list)
     restricted: list[int] = field(default_factory=list)  # numbers of citations hidden from this reader
     unsupported: list[ClaimPayload] = field(default_factory=list)  # chat.support's flags, with verdicts
+    error: str = ""
 
     @property
     def timings(self) -> Timings:
@@ -97,7 +99,8 @@ def message_views(messages: Sequence[Message], *, viewer: Any) -> list[MessageVi
     """Views of `messages` (citations prefetched) for `viewer`, with one ACL query for all of them.
 
     An answer is withheld whole when any document it drew on is unreadable to `viewer`,
-    cited or not: its text, finished, failed or still running, may quote any of them.
+    cited or not: its text, finished, failed or still running, may quote any of them, and
+    so may its error (a model server's message can echo the prompt).
     """
     readable = readable_document_ids(viewer, messages)
     views = []
@@ -106,15 +109,21 @@ def message_views(messages: Sequence[Message], *, viewer: Any) -> list[MessageVi
         hidden: list[Citation] = []
         for citation in message.citations.all():
             (shown if citation.document_id in readable else hidden).append(citation)
-        if hidden or not message_sources(message) <= readable:
+        if not message_sources(message) <= readable:  # every cited document is a source: `hidden` included
             views.append(MessageView(message, WITHHELD, f"<p>{WITHHELD}</p>", True,
-                                     [citation_from_stored(c) for c in shown], [c.number for c in hidden]))
+                                     [citation_from_stored(c) for c in shown], [c.number for c in hidden],
+                                     error=WITHHELD_ERROR if message.error else ""))
             continue
         html = (render_html(message.text, {c.number: c for c in shown}, unsupported=message.unsupported)
                 if message.role == Message.Role.ASSISTANT else "")
         views.append(MessageView(message, message.text, html, False, [citation_from_stored(c) for c in shown],
-                                 unsupported=message.unsupported))
+                                 unsupported=message.unsupported, error=message.error))
     return views
+
+
+def is_withheld(message: Message, *, viewer: Any) -> bool:
+    """message_views' rule for one message: whether `viewer` is kept from it (and so from judging it)."""
+    return not message_sources(message) <= readable_document_ids(viewer, [message])
 
 
 # Even, so that a page of a conversation (questions and answers alternate) holds whole turns.
@@ -172,7 +181,7 @@ def message_events(view: MessageView) -> list[Event]:
         return [{"type": "refused", "message": m.pk, "reason": m.refusal_reason, "text": m.text, "intent": m.intent,
                  "timings": view.timings}]
     if m.status == Message.Status.FAILED:
-        return [*(text if m.text else []), {"type": "error", "message": m.pk, "error": m.error}]
+        return [*(text if m.text else []), {"type": "error", "message": m.pk, "error": view.error}]
     return [*text, {"type": "citations", "message": m.pk, "citations": view.citations},
             {"type": "done", "message": m.pk, "text": view.text, "html": view.html, "intent": m.intent,
              "backend": m.backend, "model": m.model, "notice": m.notice, "timings": view.timings,
@@ -219,3 +228,24 @@ def review_answers(*, flagged: bool | None = None, status: str | None = None, li
 
 def review_answer(pk: int) -> Message | None:
     return _answers().filter(pk=pk).first()
+
+
+@dataclass(frozen=True)
+class FeedbackView:
+    feedback: Feedback
+    note: str  # blank while the answer is withheld: a note may quote it (confirming a claim files its sentence)
+
+
+@dataclass(frozen=True)
+class ReviewView:
+    """An answer as a reviewer may see it: the review list, the detail and the desk all show this."""
+
+    answer: MessageView
+    feedback: list[FeedbackView]
+
+
+def review_views(answers: Sequence[Message], *, viewer: Any) -> list[ReviewView]:
+    """Views of `answers` (as `_answers()` prefetches them) for the reviewer `viewer`: what is withheld
+    from them as a reader of the answer is withheld from them as its reviewer, notes included."""
+    return [ReviewView(view, [FeedbackView(f, "" if view.withheld else f.note) for f in view.message.feedback.all()])
+            for view in message_views(answers, viewer=viewer)]

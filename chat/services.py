@@ -20,7 +20,7 @@ from chat import conf
 from chat.answering import AnswerRecord, answer_stream
 from chat.events import CitationPayload, Event, publish
 from chat.models import Citation, Conversation, Feedback, Message
-from chat.selectors import earlier_questions
+from chat.selectors import earlier_questions, is_withheld
 from kb import queues
 
 log = logging.getLogger(__name__)
@@ -284,9 +284,14 @@ def _citation_row(message_id: int, citation: CitationPayload) -> Citation:
 
 def feedback_add(*, reviewer: Any, message: Message, kind: str, citation_number: int | None = None,
                  note: str = "") -> Feedback:
-    """Flag an answer, or one of its citations, as wrong source / unsupported / outdated."""
+    """Flag an answer, or one of its citations, as wrong source / unsupported / outdated.
+
+    Nobody judges an answer withheld from them (chat.selectors): to them it does not exist.
+    """
     if kind not in Feedback.Kind.values:
         raise ChatError(f"unknown feedback kind {kind!r}; one of {', '.join(Feedback.Kind.values)}")
+    if is_withheld(message, viewer=reviewer):
+        raise NotFound("no such answer")
     citation = None
     if citation_number is not None:
         citation = message.citations.filter(number=citation_number).first()
@@ -299,16 +304,17 @@ def unsupported_claim_review(*, reviewer: Any, message_id: int, index: int, verd
     """A reviewer confirms or dismisses the answer's unsupported claim number `index` (0-based, in text order).
 
     Confirming also files it as Feedback (kind unsupported, on the first source the sentence cites), so it is
-    listed with the other flags; dismissing only closes it. Either can be changed later.
+    listed with the other flags; dismissing only closes it. Either can be changed later. An answer withheld
+    from the reviewer, and a claim it does not have, are not found (nothing tells how many claims it has).
     """
     if verdict not in (Message.Verdict.CONFIRMED, Message.Verdict.DISMISSED):
         raise ChatError(f"verdict must be 'confirmed' or 'dismissed', not {verdict!r}")
     with transaction.atomic():
         message = Message.objects.select_for_update().filter(pk=message_id, role=Message.Role.ASSISTANT).first()
-        if message is None:
+        if message is None or is_withheld(message, viewer=reviewer):
             raise NotFound("no such answer")
         if not 0 <= index < len(message.unsupported):
-            raise ChatError(f"answer {message.pk} has {len(message.unsupported)} unsupported claim(s), no number {index}")
+            raise NotFound("no such claim")
         claim = message.unsupported[index]
         if verdict == Message.Verdict.CONFIRMED and claim["verdict"] != Message.Verdict.CONFIRMED:
             citation = message.citations.filter(number__in=claim["numbers"]).order_by("number").first()

@@ -266,7 +266,7 @@ def test_the_review_desk_lists_unsupported_claims_first_and_staff_confirm_or_dis
     client.force_login(people["sam"])
     assert client.post(url, {"verdict": "maybe"}, content_type="application/json").status_code == 422
     assert client.post(f"/api/review/answers/{older.pk}/unsupported/1", {"verdict": "dismissed"},
-                       content_type="application/json").status_code == 422
+                       content_type="application/json").status_code == 404
     confirmed = client.post(url, {"verdict": "confirmed"}, content_type="application/json")
     assert confirmed.status_code == 200, confirmed.content
     body = confirmed.json()

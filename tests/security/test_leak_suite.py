@@ -99,7 +99,8 @@ def test_no_restricted_sentence_reaches_anyone_outside_its_audience(
             asked = ask(clients[reader], secret.questions[0])
             answer = Message.objects.get(pk=asked["message"])
             assert secret.code in answer.text, f"positive control: {reader}'s answer lacks {secret.code}"
-            feedback_add(reviewer=people["admin"], message=answer, kind="unsupported", note=f"Quoted: {secret.sentence}")
+            # By a reviewer who may read it: nobody files feedback on an answer withheld from them.
+            feedback_add(reviewer=people[reader], message=answer, kind="unsupported", note=f"Quoted: {secret.sentence}")
             reader_answers[item.key] = answer.pk
 
     for item in corpus:
