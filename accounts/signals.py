@@ -1,4 +1,5 @@
-"""What ends a user's open websockets: logout, a new password, deactivation, other groups.
+"""What ends a user's open websockets: logout, a new password, deactivation, other groups (a group
+deleted included).
 
 Sockets are closed after the change commits, so one that reconnects at once already
 meets the new state.
@@ -10,9 +11,10 @@ from functools import partial
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.contrib.auth.signals import user_logged_out
 from django.db import transaction
-from django.db.models.signals import m2m_changed, post_save, pre_save
+from django.db.models.signals import m2m_changed, post_save, pre_delete, pre_save
 from django.dispatch import receiver
 
 from accounts.websocket import CLOSE_ACCESS_CHANGED, CLOSE_UNAUTHENTICATED, user_sockets_close
@@ -53,3 +55,10 @@ def _groups_changed(sender: Any, instance: Any, action: str, reverse: bool, pk_s
         _close_after_commit(pk_set or (), CLOSE_ACCESS_CHANGED)
     elif action == "pre_clear":  # group.user_set.clear: the members are known only before
         _close_after_commit(list(instance.user_set.values_list("pk", flat=True)), CLOSE_ACCESS_CHANGED)
+
+
+@receiver(pre_delete, sender=Group)
+def _group_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
+    """Deleting a group removes its memberships without m2m_changed. The members are known only now, and
+    the deletion runs in a transaction (Django's collector), so their sockets close once it commits."""
+    _close_after_commit(list(instance.user_set.values_list("pk", flat=True)), CLOSE_ACCESS_CHANGED)
