@@ -1,0 +1,59 @@
+"""The address a request came from, as login throttling (django-axes) counts it.
+
+Behind a reverse proxy REMOTE_ADDR is the proxy's: counted by it, five wrong passwords would lock
+that username out for everyone. X-Forwarded-For names the client, but anyone can send one, so it is
+read only from the proxies KB_TRUSTED_PROXIES names, and only its right-most untrusted address
+counts (each trusted proxy appends the peer it saw; what lies left of that came from the client).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def proxy_networks(values: Iterable[str], *, name: str = "KB_TRUSTED_PROXIES") -> list[Network]:
+    """Addresses or networks (CIDR) of trusted proxies; a bad one fails at start-up, naming the setting."""
+    networks = []
+    for value in values:
+        try:
+            networks.append(ipaddress.ip_network(value, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(f"{name} must list IP addresses or networks such as 10.0.0.0/8 (got {value!r})") from None
+    return networks
+
+
+def _address(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        address = ipaddress.ip_address(value.strip())
+    except ValueError:
+        return None
+    return (address.ipv4_mapped or address) if isinstance(address, ipaddress.IPv6Address) else address
+
+
+def client_address(remote_addr: str | None, forwarded_for: str, trusted: Sequence[Network]) -> str | None:
+    """The client's address: `remote_addr` unless it is a trusted proxy, then the right-most address of
+    `forwarded_for` (X-Forwarded-For) that is not. An unreadable entry ends the walk at the last hop read."""
+    if remote_addr is None or not trusted:
+        return remote_addr
+    client = remote_addr
+    for entry in reversed([*(e for e in forwarded_for.split(",") if e.strip()), remote_addr]):
+        address = _address(entry)
+        if address is None:
+            return client
+        client = str(address)
+        if not any(address in network for network in trusted):
+            return client
+    return client  # only trusted proxies: the request came from the left-most of them
+
+
+def request_client_address(request: Any) -> str | None:
+    """AXES_CLIENT_IP_CALLABLE: the client's address of a request, by KB_TRUSTED_PROXIES."""
+    meta = request.META
+    return client_address(meta.get("REMOTE_ADDR"), meta.get("HTTP_X_FORWARDED_FOR", ""), settings.KB_TRUSTED_PROXIES)
