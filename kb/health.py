@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -48,13 +50,44 @@ def check_redis() -> dict[str, Any]:
     return {"version": client.info("server").get("redis_version")}
 
 
-def check_celery() -> dict[str, Any]:
+def ping_celery() -> dict[str, Any]:
     from kb.celery import app
 
     replies = app.control.ping(timeout=settings.KB_HEALTH_CELERY_TIMEOUT)
     if not replies:
         raise RuntimeError("no Celery worker answered a ping")
     return {"workers": sorted(name for reply in replies for name in reply)}
+
+
+class Reused:
+    """A check whose outcome (facts or failure) is reused for `seconds()`, by every thread of the process.
+
+    /healthz needs no sign-in, and a worker ping is a broadcast every worker answers, taking up to
+    KB_HEALTH_CELERY_TIMEOUT: run on each call, it would let anyone load the workers and hold web
+    threads. Callers arriving while it runs wait for its outcome instead of starting their own.
+    """
+
+    def __init__(self, check: Check, seconds: Callable[[], float]) -> None:
+        self.check, self.seconds = check, seconds
+        self._lock = threading.Lock()
+        self._last: tuple[float, dict[str, Any] | Exception] | None = None
+
+    def __call__(self) -> dict[str, Any]:
+        with self._lock:
+            now = time.monotonic()
+            if self._last is None or now - self._last[0] >= self.seconds():
+                try:
+                    outcome: dict[str, Any] | Exception = self.check()
+                except Exception as exc:  # reused as well: a failing ping takes the longest
+                    outcome = exc
+                self._last = (now, outcome)
+            outcome = self._last[1]
+        if isinstance(outcome, Exception):
+            raise outcome.with_traceback(None)
+        return dict(outcome)
+
+
+check_celery = Reused(ping_celery, lambda: settings.KB_HEALTH_CELERY_CACHE_SECONDS)
 
 
 def check_embedding() -> dict[str, Any]:

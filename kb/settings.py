@@ -25,6 +25,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from accounts.client_address import proxy_networks
+from accounts.client_address import proxy_networks
 from kb import queues
 from kb.env import env_bool, env_float, env_int, env_list, env_secret, env_str
 from kb.runtime import embedded
@@ -292,6 +293,11 @@ AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 # REMOTE_ADDR, and X-Forwarded-For is ignored (anyone can send one).
 KB_TRUSTED_PROXIES = proxy_networks(env_list("KB_TRUSTED_PROXIES", []))
 AXES_CLIENT_IP_CALLABLE = "accounts.client_address.request_client_address"
+# Behind a reverse proxy, name it here (addresses or networks, comma-separated): the address that counts
+# is then the right-most one of X-Forwarded-For that it did not add (accounts.client_address). Empty:
+# REMOTE_ADDR, and X-Forwarded-For is ignored (anyone can send one).
+KB_TRUSTED_PROXIES = proxy_networks(env_list("KB_TRUSTED_PROXIES", []))
+AXES_CLIENT_IP_CALLABLE = "accounts.client_address.request_client_address"
 KB_LOCAL_PASSWORDS = env_bool("KB_LOCAL_PASSWORDS", True)  # off: only superusers (break-glass) use passwords
 
 # Single sign-on (OpenID Connect, mozilla-django-oidc; README "Single sign-on") -------
@@ -382,6 +388,7 @@ KB_INGEST_MAX_ATTEMPTS = env_int("KB_INGEST_MAX_ATTEMPTS", 3, minimum=1)  # then
 KB_SWEEP_SECONDS = env_float("KB_SWEEP_SECONDS", 30.0)  # how often each worker sweeps expired work; 0: never
 KB_OCR_ENABLED = env_bool("KB_OCR", True)  # read PDF pages without a text layer by OCR (seconds per page)
 KB_HEALTH_CELERY_TIMEOUT = env_float("KB_HEALTH_CELERY_TIMEOUT", 2.0)
+KB_HEALTH_CELERY_CACHE_SECONDS = env_float("KB_HEALTH_CELERY_CACHE_SECONDS", 5.0)  # one worker ping per period
 
 LOGGING = {
     "version": 1,

@@ -1,12 +1,22 @@
 from __future__ import annotations
 
 import subprocess
+import threading
+import time
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
 
+from kb import health
 from kb.health import health_report
+
+
+@pytest.fixture(autouse=True)
+def _no_ping_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with no worker ping kept from another: /healthz reuses one for a few seconds."""
+    monkeypatch.setattr(health.check_celery, "_last", None)
 
 
 def test_report_names_the_failed_check() -> None:
@@ -43,3 +53,44 @@ def test_healthz_is_503_naming_celery_when_no_worker_runs(client: Client, settin
     response = client.get("/healthz")
     assert response.status_code == 503
     assert response.json() == {"ok": False, "failed": ["celery"]}  # no host names or errors for anonymous callers
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rapid_and_concurrent_healthz_calls_share_one_worker_ping(
+    client: Client, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28, item 12: anyone may call /healthz, and a ping is a broadcast all workers answer (or a wait of
+    KB_HEALTH_CELERY_TIMEOUT when none does): one ping serves every call for KB_HEALTH_CELERY_CACHE_SECONDS."""
+    from kb.celery import app
+
+    settings.KB_HEALTH_CELERY_TIMEOUT = 0.5
+    settings.KB_HEALTH_CELERY_CACHE_SECONDS = 60.0
+    pings: list[float] = []
+    ping = app.control.ping
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        pings.append(time.monotonic())
+        return ping(*args, **kwargs)
+
+    monkeypatch.setattr(app.control, "ping", counted)
+    answers: list[tuple[int, Any]] = []
+
+    def call() -> None:
+        try:
+            response = Client().get("/healthz")
+            answers.append((response.status_code, response.json()))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=call) for _ in range(6)]  # and this thread: within the pool's 8 connections
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    answers += [(r.status_code, r.json()) for r in (client.get("/healthz") for _ in range(10))]
+    assert answers == [(503, {"ok": False, "failed": ["celery"]})] * 16  # no worker runs: the failure is reused too
+    assert len(pings) == 1
+
+    settings.KB_HEALTH_CELERY_CACHE_SECONDS = 0.2  # once the period has passed, the next call pings again
+    time.sleep(0.3)
+    assert client.get("/healthz").status_code == 503 and len(pings) == 2
