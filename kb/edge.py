@@ -4,6 +4,9 @@ Django's ASGI handler copies the whole request body (to a spooled temporary file
 view runs, so a size check inside a view comes too late. Here a declared Content-Length over
 the path's limit is answered 413 at once, a body that streams past it is cut off with 413,
 and a websocket message over the message limit closes the socket with 4413 (too big).
+
+The web server applies the same `body_limit` one step earlier, before it stores any of the body
+(kb.runtime.daphne_server); this layer holds for any other ASGI server that runs the app.
 """
 
 from __future__ import annotations
@@ -34,8 +37,13 @@ def body_limit(path: str) -> int:
     return settings.KB_MAX_BODY_KB * 1024
 
 
+def too_large_body(limit: int) -> bytes:
+    """The 413 response's JSON body, the same from Daphne (kb.runtime.daphne_server) and from here."""
+    return f'{{"detail": "the request body is larger than {limit:,} bytes"}}'.encode()
+
+
 async def _too_large(send: Send, limit: int) -> None:
-    body = f'{{"detail": "the request body is larger than {limit:,} bytes"}}'.encode()
+    body = too_large_body(limit)
     await send({"type": "http.response.start", "status": 413,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})

@@ -244,7 +244,8 @@ def query_environment() -> dict[str, str]:
 
 
 def web_argv(host: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "kb.asgi:application"]
+    """Daphne, with request bodies bounded before they reach its temporary files (kb.runtime.daphne_server)."""
+    return [sys.executable, "-m", "kb.runtime.daphne_server", "-b", host, "-p", str(port), "kb.asgi:application"]
 
 
 def child_environment(database_url: str, redis_url: str) -> dict[str, str]:

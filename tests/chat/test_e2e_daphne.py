@@ -29,6 +29,7 @@ from chat.consumers import CLOSE_FORBIDDEN
 from chat.services import question_ask
 from kb.models import Document
 from kb.queues import ANSWERS
+from kb.runtime.launcher import web_argv
 from tests.chat.conftest import EXPORT_QUESTION
 from tests.chat.openai_stub import StubOpenAI
 from tests.conftest import OUTPUT, ROOT, service_env, stop_process
@@ -127,8 +128,7 @@ def test_a_real_socket_through_daphne_and_a_worker(
     with StubOpenAI(TOKENS, pause_after=5) as stub:
         env = service_env(SECRET_KEY=settings.SECRET_KEY, KB_ANSWER_BACKEND="openai", KB_OPENAI_BASE_URL=stub.url,
                           KB_OPENAI_READ_TIMEOUT="45", DEBUG="0")
-        with child("daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                              "kb.asgi:application"], env) as web, \
+        with child("daphne", web_argv("127.0.0.1", port), env) as web, \
              child("worker", [sys.executable, "-m", "celery", "-A", "kb", "worker", "--pool", "solo", "--hostname",
                               hostname, "--queues", ANSWERS, "--without-gossip", "--without-mingle", "--loglevel", "INFO"], env) as worker:
             wait_until(lambda: listening(port), "daphne", [web, worker])

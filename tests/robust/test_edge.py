@@ -2,6 +2,8 @@
 
 Before, any body was read in full before a view ran (the upload limit was checked after
 the bytes were on disk; `/accounts/login/` took any size) and websocket messages had no cap.
+This runs stock Daphne (as `manage.py runserver` does), so the 413s come from the ASGI layer,
+kb.edge; test_edge_body.py holds the web server that `make run` starts, which refuses earlier.
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -86,6 +85,7 @@ def daphne(name: str = "web", **env: str) -> Iterator[str]:
     from django.conf import settings
 
     from kb.runtime.embedded import free_port
+    from kb.runtime.launcher import web_argv
 
     port = free_port()
     OUTPUT.mkdir(exist_ok=True)
@@ -94,7 +94,7 @@ def daphne(name: str = "web", **env: str) -> Iterator[str]:
         # The same SECRET_KEY as this process, so sessions made here (force_login) are valid there.
         child_env = service_env(SECRET_KEY=settings.SECRET_KEY, **env)
         process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "kb.asgi:application"],
+            web_argv("127.0.0.1", port),
             cwd=ROOT, env=child_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
     base = f"http://127.0.0.1:{port}/"
