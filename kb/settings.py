@@ -25,7 +25,6 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from accounts.client_address import proxy_networks
-from accounts.client_address import proxy_networks
 from kb import queues
 from kb.env import env_bool, env_float, env_int, env_list, env_secret, env_str
 from kb.runtime import embedded
@@ -288,11 +287,6 @@ AXES_COOLOFF_TIME = timedelta(minutes=env_int("KB_LOGIN_COOLOFF_MINUTES", 15, mi
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
-# Behind a reverse proxy, name it here (addresses or networks, comma-separated): the address that counts
-# is then the right-most one of X-Forwarded-For that it did not add (accounts.client_address). Empty:
-# REMOTE_ADDR, and X-Forwarded-For is ignored (anyone can send one).
-KB_TRUSTED_PROXIES = proxy_networks(env_list("KB_TRUSTED_PROXIES", []))
-AXES_CLIENT_IP_CALLABLE = "accounts.client_address.request_client_address"
 # Behind a reverse proxy, name it here (addresses or networks, comma-separated): the address that counts
 # is then the right-most one of X-Forwarded-For that it did not add (accounts.client_address). Empty:
 # REMOTE_ADDR, and X-Forwarded-For is ignored (anyone can send one).
