@@ -166,7 +166,7 @@
       });
       left.appendChild(flags);
       row.appendChild(left);
-      row.appendChild(flagForm(answer, citation, flags, item));
+      if (!answer.withheld) row.appendChild(flagForm(answer, citation, flags, item));  // the server refuses flags there
       cites.appendChild(row);
     });
     if (answer.restricted_citations && answer.restricted_citations.length) {
