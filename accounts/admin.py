@@ -1,6 +1,13 @@
+"""Admin for API tokens, sign-in identities and accounts. Whoever may link an identity or change an account
+may sign in as anyone, the superuser included, or join any document's group: only superusers may."""
+
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group, User
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
@@ -36,6 +43,10 @@ class ApiTokenAdmin(admin.ModelAdmin):
         self.message_user(request, f"Revoked {len(live)} token(s)")
 
 
+def is_superuser(request: HttpRequest) -> bool:
+    return bool(request.user.is_active and request.user.is_superuser)
+
+
 @admin.register(OidcIdentity)
 class OidcIdentityAdmin(admin.ModelAdmin):
     """Which account a single sign-on identity (issuer + sub) signs in as. Adding a row by hand hands an
@@ -45,3 +56,46 @@ class OidcIdentityAdmin(admin.ModelAdmin):
     list_select_related = ("user",)
     search_fields = ("user__username", "subject")
     raw_id_fields = ("user",)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return is_superuser(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_superuser(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return is_superuser(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_superuser(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_superuser(request)
+
+
+class SuperuserWritesMixin:
+    """Django's own account admins, read-only to staff who are not superusers: `change_user` sets groups, superuser
+    status and passwords, `change_group` a group's permissions."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return is_superuser(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_superuser(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_superuser(request)
+
+
+class AccountAdmin(SuperuserWritesMixin, UserAdmin):
+    pass
+
+
+class AccountGroupAdmin(SuperuserWritesMixin, GroupAdmin):
+    pass
+
+
+admin.site.unregister(User)
+admin.site.register(User, AccountAdmin)
+admin.site.unregister(Group)
+admin.site.register(Group, AccountGroupAdmin)

@@ -1,31 +1,72 @@
-"""Read-mostly admin for conversations, answers and feedback; reviewing happens in the review API."""
+"""Read-mostly admin for conversations, answers and feedback; reviewing happens in the review API.
+
+Staff who are not superusers get only what they may read (kb.admin.StaffRuleMixin): answers whose every
+source they may read (chat.selectors.messages_readable), since an answer, its quotes and its flags may repeat
+any of them, and only those whose deletion takes nothing else with it that they may not read."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.contrib.admin.widgets import ForeignKeyRawIdWidget
+from django.core.exceptions import ValidationError
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 
+from accounts.acl import visible_documents
 from chat.models import Citation, Conversation, Feedback, Message
 from chat.selectors import messages_readable
+from kb.admin import ReadableRowsMixin, StaffRuleMixin
 
 
-class ReadableRowsMixin:
-    """Staff who are not superusers get only rows of answers whose every source they may read
-    (chat.selectors.messages_readable): an answer, its quotes and its flags may repeat any of them."""
+def messages_manageable(user: Any) -> QuerySet[Message]:
+    """Messages `user` may read whose deletion takes only what they may read: a question takes its answers."""
+    if user.is_superuser:
+        return Message.objects.all()
+    readable = messages_readable(user)
+    return readable.exclude(answers__in=Message.objects.exclude(pk__in=readable))
 
+
+def citations_readable(user: Any) -> QuerySet[Citation]:
+    """Citations whose document and answer `user` may read (a citation whose document is gone: nobody but superusers)."""
+    if user.is_superuser:
+        return Citation.objects.all()
+    return Citation.objects.filter(document__in=visible_documents(user), message__in=messages_manageable(user))
+
+
+class MessageRowsMixin(ReadableRowsMixin):
     message_lookup = "message"  # the path from this admin's model to its Message
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        queryset: QuerySet[Any] = super().get_queryset(request)  # type: ignore[misc]
-        if request.user.is_superuser:
-            return queryset
-        return queryset.filter(**{f"{self.message_lookup}__in": messages_readable(request.user)})
+    def readable_rows(self, user: Any, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(**{f"{self.message_lookup}__in": messages_manageable(user)})
 
 
-class MessageInline(ReadableRowsMixin, admin.TabularInline):
+class FeedbackRowsMixin(MessageRowsMixin):
+    """A flag names its citation (`[1] <document title> > <heading>`): that must be readable too."""
+
+    def readable_rows(self, user: Any, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        rows = super().readable_rows(user, queryset)
+        return rows.filter(Q(citation__isnull=True) | Q(citation__in=citations_readable(user)))
+
+
+class ReadableRawIdWidget(ForeignKeyRawIdWidget):
+    """A raw-id input that names only rows of `queryset`: the stock one prints the label of any id it is given."""
+
+    def __init__(self, rel: Any, admin_site: Any, queryset: QuerySet[Any], **kwargs: Any) -> None:
+        super().__init__(rel, admin_site, **kwargs)
+        self.queryset = queryset
+
+    def label_and_url_for_value(self, value: Any) -> tuple[str, str]:
+        try:
+            readable = self.queryset.filter(pk=value).exists()
+        except (TypeError, ValueError, ValidationError):
+            readable = False
+        return super().label_and_url_for_value(value) if readable else ("", "")
+
+
+class MessageInline(MessageRowsMixin, admin.TabularInline):
     model = Message
     message_lookup = "pk"
     fk_name = "conversation"
@@ -40,15 +81,22 @@ class MessageInline(ReadableRowsMixin, admin.TabularInline):
 
 
 @admin.register(Conversation)
-class ConversationAdmin(admin.ModelAdmin):
+class ConversationAdmin(StaffRuleMixin, admin.ModelAdmin):
     list_display = ("title", "owner", "created_at", "updated_at")
     list_select_related = ("owner",)
     search_fields = ("title", "owner__username")
     readonly_fields = ("owner", "created_at", "updated_at")
     inlines = (MessageInline,)
 
+    def readable_rows(self, user: Any, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """Conversations all of whose messages `user` may read: deleting one deletes them all."""
+        return queryset.exclude(messages__in=Message.objects.exclude(pk__in=messages_readable(user)))
 
-class CitationInline(ReadableRowsMixin, admin.TabularInline):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # conversations are started in the chat
+
+
+class CitationInline(MessageRowsMixin, admin.TabularInline):
     model = Citation
     fields = ("number", "document", "label", "link", "distance", "quote")
     readonly_fields = fields
@@ -59,36 +107,69 @@ class CitationInline(ReadableRowsMixin, admin.TabularInline):
         return False
 
 
-class FeedbackInline(ReadableRowsMixin, admin.TabularInline):
+class FeedbackInline(FeedbackRowsMixin, admin.TabularInline):
     model = Feedback
     fields = ("kind", "citation", "note", "reviewer", "created_at")
     readonly_fields = ("reviewer", "created_at")
     extra = 0
 
+    def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        """A flag's citation is one of this answer's citations that the user may read."""
+        formset = super().get_formset(request, obj, **kwargs)
+        citation = formset.form.base_fields.get("citation")
+        if isinstance(citation, forms.ModelChoiceField):
+            citation.queryset = citations_readable(request.user).filter(message=obj) if obj else Citation.objects.none()
+        return formset
+
 
 @admin.register(Message)
-class MessageAdmin(ReadableRowsMixin, admin.ModelAdmin):
+class MessageAdmin(MessageRowsMixin, StaffRuleMixin, admin.ModelAdmin):
     message_lookup = "pk"
     list_display = ("pk", "conversation", "role", "status", "intent", "backend", "total_ms", "created_at")
     list_filter = ("role", "status", "backend", "intent")
     list_select_related = ("conversation",)
     search_fields = ("text",)
-    readonly_fields = (
-        "conversation", "role", "question", "text", "status", "intent", "refusal_reason", "error", "backend",
-        "model", "notice", "nearest_distance", "threshold", "retrieval_ms", "first_token_ms", "total_ms",
-        "created_at", "started_at", "finished_at",
-    )
     exclude = ("job_id",)
+    # All of it: its sources decide who may read it, and chat.support's flags go through the review API.
+    readonly_fields = tuple(f.name for f in Message._meta.fields if f.name not in {"id", "job_id"})
     inlines = (CitationInline, FeedbackInline)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # messages are asked and answered in the chat
+
+
+class FeedbackForm(forms.ModelForm):
+    """A flag on a citation flags one of that answer's citations."""
+
+    class Meta:
+        model = Feedback
+        fields = ("kind", "message", "citation", "note")
+
+    def clean(self) -> dict[str, Any]:
+        data: dict[str, Any] = super().clean() or {}
+        message, citation = data.get("message"), data.get("citation")
+        if message is not None and citation is not None and citation.message_id != message.pk:
+            raise ValidationError({"citation": "Choose one of this answer's citations."})
+        return data
 
 
 @admin.register(Feedback)
-class FeedbackAdmin(ReadableRowsMixin, admin.ModelAdmin):
+class FeedbackAdmin(FeedbackRowsMixin, StaffRuleMixin, admin.ModelAdmin):
+    form = FeedbackForm
     list_display = ("kind", "message", "citation", "reviewer", "created_at")
     list_filter = ("kind",)
     list_select_related = ("message", "citation", "reviewer")
     raw_id_fields = ("message", "citation")
     readonly_fields = ("reviewer", "created_at")
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        """The ids accepted, and the labels shown beside them, are only of rows the user may read."""
+        choices = {"message": messages_manageable, "citation": citations_readable}.get(db_field.name)
+        if choices is not None:
+            kwargs["queryset"] = choices(request.user)
+            kwargs["widget"] = ReadableRawIdWidget(db_field.remote_field, self.admin_site, kwargs["queryset"],
+                                                   using=kwargs.get("using"))
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def save_model(self, request: HttpRequest, obj: Feedback, form: object, change: bool) -> None:
         if not change:

@@ -6,13 +6,14 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from accounts.acl import document_sync_acl, readable_filter, visible_folders
+from accounts.acl import document_sync_acl, is_active_user, readable_filter, staff_may, visible_folders
 from kb.ingest.pipeline import RUNNING, STAGES
 from kb.ingest.version import current_index_version
 from kb.models import Chunk, Document, Folder
@@ -29,28 +30,69 @@ def index_note_register(label: str, state: Callable[[], str]) -> None:
     _index_notes.append((label, state))
 
 
-class VisibleRowsMixin:
-    """Staff who are not superusers list only rows they may read (accounts.acl's rule), like on every other surface."""
+class ReadableRowsMixin:
+    """Staff who are not superusers get only rows they may read (accounts.acl's rule), like on every other surface."""
+
+    def readable_rows(self, user: Any, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """Of `queryset`, the rows `user` may read; this default serves rows that carry an `acl` (documents, chunks)."""
+        return queryset.filter(readable_filter(user))
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         queryset: QuerySet[Any] = super().get_queryset(request)  # type: ignore[misc]
         if request.user.is_superuser:
             return queryset
-        return queryset.filter(readable_filter(request.user))
+        return self.readable_rows(request.user, queryset)
+
+
+class StaffRuleMixin(ReadableRowsMixin):
+    """The staff rule on a model admin (accounts.acl.staff_may): viewing, adding, changing or deleting needs the
+    Django model permission for it, and an object the user may read, which is one of the rows listed to them.
+    Superusers pass."""
+
+    opts: Any
+
+    def staff_may(self, request: HttpRequest, action: str, obj: Any = None) -> bool:
+        user = request.user
+        permission = f"{self.opts.app_label}.{get_permission_codename(action, self.opts)}"
+        if obj is None or isinstance(obj, Document | Folder):
+            return staff_may(user, permission, obj)
+        return staff_may(user, permission) and (user.is_superuser or self.get_queryset(request).filter(pk=obj.pk).exists())
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.staff_may(request, "view", obj) or self.staff_may(request, "change", obj)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return self.staff_may(request, "add")
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.staff_may(request, "change", obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.staff_may(request, "delete", obj)
+
+
+def folders_readable(user: Any) -> QuerySet[Folder]:
+    """Folders whose own grants admit `user`: accounts.acl.may_read as a query. (visible_folders is wider: it
+    also names folders that merely hold a document `user` may read, which is enough to name one, not to manage it.)"""
+    if not is_active_user(user):
+        return Folder.objects.none()
+    mine = Q(public=True) | Q(users=user) | Q(groups__in=user.groups.all())
+    return Folder.objects.filter(pk__in=Folder.objects.filter(mine).values("pk"))
 
 
 @admin.register(Folder)
-class FolderAdmin(admin.ModelAdmin):
+class FolderAdmin(StaffRuleMixin, admin.ModelAdmin):
     list_display = ("name", "public", "document_count")
     filter_horizontal = ("groups", "users")
 
+    def readable_rows(self, user: Any, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(pk__in=folders_readable(user).values("pk"))
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[Folder]:
-        """Staff who are not superusers see only folders they may read, counting only documents they may read."""
-        if request.user.is_superuser:
-            folders: QuerySet[Folder] = super().get_queryset(request)
-            return folders.annotate(n_documents=Count("documents"))
-        readable = readable_filter(request.user, through="documents__")
-        return visible_folders(request.user).annotate(n_documents=Count("documents", filter=readable))
+        """Counting, for staff who are not superusers, only the documents they may read."""
+        readable = None if request.user.is_superuser else readable_filter(request.user, through="documents__")
+        folders: QuerySet[Folder] = super().get_queryset(request)
+        return folders.annotate(n_documents=Count("documents", filter=readable))
 
     @admin.display(description="Documents", ordering="n_documents")
     def document_count(self, obj: Any) -> int:
@@ -87,7 +129,7 @@ class StaleFilter(admin.SimpleListFilter):
 
 
 @admin.register(Document)
-class DocumentAdmin(VisibleRowsMixin, admin.ModelAdmin):
+class DocumentAdmin(StaffRuleMixin, admin.ModelAdmin):
     list_display = (
         "title", "folder", "status_badge", "index_badge", "chunk_count", "stage_timings", "attempts", "updated_at",
     )
@@ -209,7 +251,7 @@ class DocumentAdmin(VisibleRowsMixin, admin.ModelAdmin):
 
 
 @admin.register(Chunk)
-class ChunkAdmin(VisibleRowsMixin, admin.ModelAdmin):
+class ChunkAdmin(StaffRuleMixin, admin.ModelAdmin):
     list_display = ("document", "ordinal", "kind", "audience", "breadcrumb", "tokens", "page")
     list_filter = ("kind", "audience")
     list_select_related = ("document",)
