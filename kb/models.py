@@ -29,6 +29,59 @@ class Folder(models.Model):
         return self.name
 
 
+class Source(models.Model):
+    """Where documents already live (a folder on the server, a Git repository, a site), kept in sync
+    with the KB folder it fills (kb.sources.sync): its documents take that folder's access."""
+
+    class Kind(models.TextChoices):
+        FOLDER = "folder"
+        GIT = "git"
+        SITE = "site"
+
+    class RunStatus(models.TextChoices):
+        NEVER = "", "Never run"
+        RUNNING = "running"
+        OK = "ok"
+        FAILED = "failed"
+        HELD = "held", "Held: the listing shrank, confirm to delete"
+
+    name = models.CharField(max_length=200, unique=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    location = models.CharField(max_length=2000, help_text="A directory on the server, a repository URL or a start URL")
+    branch = models.CharField(max_length=200, blank=True, help_text="Git: the branch (empty: the default branch)")
+    path = models.CharField(max_length=1000, blank=True, help_text="Only this sub-path of the source")
+    folder = models.ForeignKey(Folder, on_delete=models.PROTECT, related_name="sources")
+    include = ArrayField(models.CharField(max_length=500), default=list, blank=True,
+                         help_text="Glob patterns on the path within the source; empty: every supported file")
+    exclude = ArrayField(models.CharField(max_length=500), default=list, blank=True)
+    every = models.PositiveIntegerField(null=True, blank=True, help_text="Seconds between scheduled runs; empty: by hand")
+    shrink_guard = models.FloatField(
+        default=0.5, help_text="A run that would delete more than this share of the source's documents waits for confirmation"
+    )
+
+    # The last run, as the admin and `manage.py source list` show it.
+    last_status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.NEVER, blank=True)
+    last_reason = models.TextField(blank=True)
+    last_listed = models.PositiveIntegerField(default=0)
+    last_unchanged = models.PositiveIntegerField(default=0)
+    last_changed = models.PositiveIntegerField(default=0)
+    last_new = models.PositiveIntegerField(default=0)
+    last_deleted = models.PositiveIntegerField(default=0)
+    last_renamed = models.PositiveIntegerField(default=0)
+    last_failed = models.PositiveIntegerField(default=0)
+    last_chunks_embedded = models.PositiveIntegerField(default=0)
+    last_started_at = models.DateTimeField(null=True, blank=True)
+    last_finished_at = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class Document(models.Model):
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -50,6 +103,11 @@ class Document(models.Model):
     sha256 = models.CharField(max_length=64, blank=True, db_index=True)
     size = models.PositiveBigIntegerField(default=0)
     folder = models.ForeignKey(Folder, null=True, blank=True, on_delete=models.SET_NULL, related_name="documents")
+    # Set for a document kept in sync with a source (kb.sources.sync): its path there and, where the
+    # source has one, the version tag it was fetched at (an HTTP ETag); the content's is `sha256`.
+    source = models.ForeignKey(Source, null=True, blank=True, on_delete=models.SET_NULL, related_name="documents")
+    source_path = models.CharField(max_length=1000, blank=True)
+    source_etag = models.CharField(max_length=200, blank=True)
 
     # Access: the folder's by default, else this document's own grants. `acl` is the
     # derived principals array (accounts.acl) copied onto every chunk.
@@ -103,6 +161,10 @@ class Document(models.Model):
     class Meta:
         ordering = ["title", "pk"]
         indexes = [GinIndex(fields=["acl"], name="kb_document_acl_gin")]
+        constraints = [
+            models.UniqueConstraint(fields=["source", "source_path"], condition=models.Q(source__isnull=False),
+                                    name="kb_document_source_path")
+        ]
 
     def __str__(self) -> str:
         return self.title or filename_title(self.filename)
