@@ -381,6 +381,11 @@ KB_INGEST_TIME_LIMIT = env_int("KB_INGEST_TIME_LIMIT", 480, minimum=1)  # second
 KB_INGEST_MAX_ATTEMPTS = env_int("KB_INGEST_MAX_ATTEMPTS", 3, minimum=1)  # then a document that keeps killing workers fails
 KB_SWEEP_SECONDS = env_float("KB_SWEEP_SECONDS", 30.0)  # how often each worker sweeps expired work; 0: never
 KB_OCR_ENABLED = env_bool("KB_OCR", True)  # read PDF pages without a text layer by OCR (seconds per page)
+KB_OCR_MAX_PIXELS = env_int("KB_OCR_MAX_PIXELS", 16_000_000, minimum=1)  # a larger page is rendered at a lower dpi
+# Each document is read in a child process with these limits (kb.ingest.bounded); the CPU seconds are
+# granted again for each page read by OCR.
+KB_EXTRACT_CPU_SECONDS = env_int("KB_EXTRACT_CPU_SECONDS", 60, minimum=1)
+KB_EXTRACT_MEMORY_MB = env_int("KB_EXTRACT_MEMORY_MB", 3072, minimum=64)  # address space; OCR needs ~2 GB of it
 KB_HEALTH_CELERY_TIMEOUT = env_float("KB_HEALTH_CELERY_TIMEOUT", 2.0)
 KB_HEALTH_CELERY_CACHE_SECONDS = env_float("KB_HEALTH_CELERY_CACHE_SECONDS", 5.0)  # one worker ping per period
 

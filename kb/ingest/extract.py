@@ -78,6 +78,7 @@ MAX_HTML_CHARS = 10_000_000  # HTML source: BeautifulSoup builds the whole tree 
 MAX_PDF_PAGES = 2_000
 MAX_ZIP_ENTRIES = 5_000  # entries of a ZIP package (DOCX, ODT, PPTX, XLSX, EPUB)
 MAX_ZIP_UNPACKED = 200 * 1024 * 1024  # a package's declared uncompressed bytes (zipfile never reads past them)
+OCR_MAX_PIXELS = 16_000_000  # a page read by OCR is rendered at most this large (KB_OCR_MAX_PIXELS)
 
 
 class UnsupportedFile(ValueError):
@@ -121,7 +122,7 @@ def detect_mime(*, filename: str, head: bytes) -> str:
     `head` is the start of the file (a few KiB are enough). Raises UnsupportedFile with a
     message naming the file when the extension is unknown or the bytes contradict it.
     """
-    name = _display_name(filename)
+    name = display_name(filename)
     ext = PurePath(name).suffix.lower()
     if not ext:
         raise UnsupportedFile(f"{name}: files without an extension are not supported ({SUPPORTED_HINT})")
@@ -167,20 +168,24 @@ def detect_mime(*, filename: str, head: bytes) -> str:
 
 
 def extract(
-    *, data: bytes, mime: str, filename: str, ocr: bool = False, on_ocr_page: Callable[[int, int], None] | None = None
+    *, data: bytes, mime: str, filename: str, ocr: bool = False, ocr_max_pixels: int = OCR_MAX_PIXELS,
+    on_ocr_page: Callable[[int, int], None] | None = None,
 ) -> Extracted:
     """Canonical text, headings and pages of one file. Raises ExtractionError (or UnsupportedFile).
 
-    `ocr`: read PDF pages that have no text layer with OCR (slow: seconds per page).
-    `on_ocr_page(done, total)` is called after each page read by OCR, so a caller can show
-    progress and keep its claim on the document alive through a long scan.
+    `ocr`: read PDF pages that have no text layer with OCR (slow: seconds per page), each rendered
+    at no more than `ocr_max_pixels`. `on_ocr_page(done, total)` is called after each page read by
+    OCR, so a caller can show progress and keep its claim on the document alive through a long scan.
+    This runs in the caller's process without limits; the pipeline runs it in kb.ingest.bounded.
     """
-    name = _display_name(filename)
-    return _without_nul(_extract(data=data, mime=mime, name=name, ocr=ocr, on_ocr_page=on_ocr_page))
+    name = display_name(filename)
+    return _without_nul(_extract(data=data, mime=mime, name=name, ocr=ocr, ocr_max_pixels=ocr_max_pixels,
+                                 on_ocr_page=on_ocr_page))
 
 
 def _extract(
-    *, data: bytes, mime: str, name: str, ocr: bool, on_ocr_page: Callable[[int, int], None] | None
+    *, data: bytes, mime: str, name: str, ocr: bool, ocr_max_pixels: int,
+    on_ocr_page: Callable[[int, int], None] | None,
 ) -> Extracted:
     from kb.ingest import formats  # the formats import this module's plumbing
 
@@ -193,7 +198,7 @@ def _extract(
     if mime == HTML:
         return _extract_html(_decode(data, name), name)
     if mime == PDF:
-        return _extract_pdf(data, name, ocr=ocr, on_ocr_page=on_ocr_page)
+        return _extract_pdf(data, name, ocr=ocr, ocr_max_pixels=ocr_max_pixels, on_ocr_page=on_ocr_page)
     if mime == DOCX:
         return _extract_docx(data, name)
     if mime == CSV:
@@ -228,8 +233,8 @@ def _without_nul(extracted: Extracted) -> Extracted:
     )
 
 
-def _display_name(filename: str) -> str:
-    # Browsers on Windows may send a full path; the user knows the file by its base name.
+def display_name(filename: str) -> str:
+    """The name error messages use: browsers on Windows may send a full path; the user knows the base name."""
     return PurePath(filename.replace("\\", "/")).name or filename
 
 
@@ -543,7 +548,8 @@ def _html_image(w: _HtmlWriter, img: Tag) -> None:
 # --------------------------------------------------------------------------- PDF
 
 
-def _extract_pdf(data: bytes, name: str, *, ocr: bool, on_ocr_page: Callable[[int, int], None] | None) -> Extracted:
+def _extract_pdf(data: bytes, name: str, *, ocr: bool, ocr_max_pixels: int,
+                 on_ocr_page: Callable[[int, int], None] | None) -> Extracted:
     from kb.ingest.formats import ocr as ocr_reader
     from kb.ingest.formats.pages import join_pages
 
@@ -557,10 +563,12 @@ def _extract_pdf(data: bytes, name: str, *, ocr: bool, on_ocr_page: Callable[[in
             warnings.append(f"page {index + 1} has no text layer")
             continue
         with reading(name, f"page {index + 1} by OCR"):
-            found = ocr_reader.read_page(data, index)
+            found = ocr_reader.read_page(data, index, max_pixels=ocr_max_pixels)
         if on_ocr_page is not None:
             on_ocr_page(done, len(blank))
         texts[index] = found.text
+        if found.reduced:
+            warnings.append(f"page {index + 1} {found.reduced}")
         if found.text.strip():
             warnings.append(f"page {index + 1} read by OCR (confidence {found.confidence:.2f})")
         else:

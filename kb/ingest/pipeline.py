@@ -19,7 +19,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from kb.events import publish_document_status
-from kb.ingest import chunking, classify, embedding, extract, headings, indexing
+from kb.ingest import bounded, chunking, classify, embedding, extract, headings, indexing
 from kb.ingest.tokens import counting_time
 from kb.models import Document, filename_title
 
@@ -83,9 +83,10 @@ def ingest(document_id: int) -> str:
     try:
         with document.file.open("rb") as handle:
             data = handle.read()
-        extracted = extract.extract(
+        extracted = bounded.extract(
             data=data, mime=document.mime_type, filename=document.filename, ocr=settings.KB_OCR_ENABLED,
-            on_ocr_page=partial(_ocr_progress, document_id, version),
+            ocr_max_pixels=settings.KB_OCR_MAX_PIXELS, cpu_seconds=settings.KB_EXTRACT_CPU_SECONDS,
+            memory_mb=settings.KB_EXTRACT_MEMORY_MB, on_ocr_page=partial(_ocr_progress, document_id, version),
         )
         del data
         if len(extracted.text) > extract.MAX_TEXT_CHARS:

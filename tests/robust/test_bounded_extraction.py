@@ -1,0 +1,152 @@
+"""Issue 28: every reader runs in a child process with CPU and memory limits (kb.ingest.bounded);
+items 6 (docutils is quadratic on crafted reStructuredText) and 7 (OCR rendered a page at any size).
+
+Before: a 100 KB .rst of unclosed emphasis held the ingest worker for minutes (docutils took 5.4 s
+at 20 KB, 62 s at 80 KB), and OCR rendered a blank 14,400 pt page at 144 dpi (10.4 GB at its peak).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pypdf import PdfWriter
+
+from kb.ingest import bounded, extract
+from kb.ingest.extract import EML, MARKDOWN, ODT, PDF, RST, XLSX, ExtractionError, UnsupportedFile
+from kb.ingest.formats import ocr
+from tests.robust.test_zoo import raw_pdf
+
+FIXTURES = Path(__file__).parents[1] / "kb" / "fixtures" / "formats"
+# One 100 KB paragraph of emphasis never closed: for each `*`, docutils searches the rest of the paragraph.
+HOSTILE_RST = "\n".join(["*a " * 26] * 1_300).encode()
+GENEROUS = {"cpu_seconds": 60, "memory_mb": 3072}
+
+
+def huge_page_pdf() -> bytes:
+    """About 400 bytes: one blank page of 14,400 × 14,400 pt (200 inches a side, the PDF maximum)."""
+    writer = PdfWriter()
+    writer.add_blank_page(width=14_400, height=14_400)
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    return buffer.getvalue()
+
+
+def read(data: bytes, mime: str, filename: str, **options: Any) -> extract.Extracted:
+    limits = {**GENEROUS, "ocr": False, "ocr_max_pixels": extract.OCR_MAX_PIXELS, **options}
+    return bounded.extract(data=data, mime=mime, filename=filename, **limits)
+
+
+def time_limit_reason(name: str, cpu_seconds: int) -> str:
+    """The CPU limit's reason, or on a machine too busy to give the child that much CPU in time, the clock's."""
+    clock = f"{bounded.wall_seconds(cpu_seconds):.0f} s to read \\(by the clock; KB_EXTRACT_CPU_SECONDS is {cpu_seconds}\\)"
+    return rf"^{re.escape(name)}: took longer than ({cpu_seconds} s to read \(KB_EXTRACT_CPU_SECONDS\)|{clock})$"
+
+
+def test_a_hostile_rst_fails_with_the_time_limit_as_its_reason_within_that_limit() -> None:
+    started = time.monotonic()
+    with pytest.raises(ExtractionError) as failure:
+        read(HOSTILE_RST, RST, "hostile.rst", cpu_seconds=2)
+    assert re.match(time_limit_reason("hostile.rst", 2), str(failure.value)), failure.value
+    assert time.monotonic() - started < bounded.wall_seconds(2) + 2  # the child's start and its kill
+
+
+def test_a_reader_over_the_memory_limit_fails_with_that_reason() -> None:
+    # Without the pixel cap the page would be a 28,800-pixel-square bitmap: 3.3 GB at once.
+    with pytest.raises(ExtractionError) as failure:
+        read(huge_page_pdf(), PDF, "huge.pdf", ocr=True, ocr_max_pixels=10**12, memory_mb=1024)
+    assert str(failure.value) == "huge.pdf: needed more than 1024 MB to read (KB_EXTRACT_MEMORY_MB)"
+
+
+def test_ocr_renders_a_huge_page_within_the_pixel_cap_and_the_memory_limit() -> None:
+    for width, height in [(14_400, 14_400), (14_400, 72), (595, 842), (3, 3)]:
+        scale = ocr.render_scale(width, height, max_pixels=1_000_000)
+        assert width * height * scale**2 <= 1_000_000 * 1.000001
+        assert scale == ocr.RENDER_SCALE or width * height * ocr.RENDER_SCALE**2 > 1_000_000
+    assert ocr.render_scale(595, 842, max_pixels=extract.OCR_MAX_PIXELS) == ocr.RENDER_SCALE  # A4 is read as before
+
+    progress: list[tuple[int, int]] = []
+    found = read(huge_page_pdf(), PDF, "huge.pdf", ocr=True, ocr_max_pixels=1_000_000, memory_mb=2048,
+                 on_ocr_page=lambda done, total: progress.append((done, total)))
+    assert found.warnings == (
+        "page 1 is 200 × 200 in; read by OCR at 5 dpi instead of 144 (KB_OCR_MAX_PIXELS)",
+        "page 1 has no text layer and OCR found no text",
+    )
+    assert progress == [(1, 1)]
+
+
+@pytest.mark.parametrize(
+    ("filename", "mime"),
+    [("docutils-security.rst", RST), ("odfpy-twolevellist.odt", ODT), ("tablib-founders.xlsx", XLSX),
+     ("mail-parser-comma-names.eml", EML)],
+)
+def test_the_child_reads_what_the_worker_would_have_read(filename: str, mime: str) -> None:
+    data = (FIXTURES / filename).read_bytes()
+    assert read(data, mime, filename) == extract.extract(data=data, mime=mime, filename=filename)
+
+
+def test_pages_cross_the_boundary() -> None:
+    pdf = raw_pdf(3, "Printer codes are on the back")
+    found = read(pdf, PDF, "three.pdf")
+    assert found == extract.extract(data=pdf, mime=PDF, filename="three.pdf") and len(found.pages) == 3
+
+
+def test_reader_errors_reach_the_caller_with_their_class_and_message() -> None:
+    cases: list[tuple[bytes, str, str]] = [
+        (b"%PDF-1.4 truncated", PDF, "broken.pdf"),
+        (b"\xff\xfe not utf-8", MARKDOWN, "latin.md"),
+        (b"   \n", RST, "empty.rst"),
+        (b"anything", "application/x-unknown", "odd.bin"),
+    ]
+    for data, mime, filename in cases:
+        with pytest.raises((ExtractionError, UnsupportedFile)) as expected:
+            extract.extract(data=data, mime=mime, filename=filename)
+        with pytest.raises(type(expected.value)) as got:
+            read(data, mime, filename)
+        assert str(got.value) == str(expected.value)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_hostile_files_fail_alone_in_a_real_worker_and_the_next_document_is_indexed() -> None:
+    """The acceptance of items 6 and 7: a prefork worker (daemonic pool process, as `make run` has)
+    takes the two hostile files and a good one in queue order."""
+    from kb.models import Document
+    from kb.services import document_upload
+    from tests.conftest import start_worker, stop_process
+
+    cpu_seconds = 3
+    queued = [
+        document_upload(name=name, stream=io.BytesIO(data), size=len(data)).document
+        for name, data in [("hostile.rst", HOSTILE_RST), ("huge.pdf", huge_page_pdf()),
+                           ("next.md", b"# Next\n\nThe printer code is 4711.\n")]
+    ]
+    worker = start_worker("bounded-worker", pool="prefork", KB_EXTRACT_CPU_SECONDS=str(cpu_seconds),
+                          KB_OCR_MAX_PIXELS="1000000", KB_EXTRACT_MEMORY_MB="2048")
+    try:
+        started = time.monotonic()
+        deadline = started + 120
+        while time.monotonic() < deadline:
+            documents = {d.filename: d for d in Document.objects.filter(pk__in=[d.pk for d in queued])}
+            if all(d.status in (Document.Status.READY, Document.Status.FAILED) for d in documents.values()):
+                break
+            assert worker.poll() is None, "the worker died"
+            time.sleep(0.5)
+        seconds = time.monotonic() - started
+        assert worker.poll() is None, "the worker died"  # before: still reading hostile.rst at the deadline
+    finally:
+        stop_process(worker)
+    hostile = documents.pop("hostile.rst")
+    assert hostile.status == Document.Status.FAILED, hostile.status
+    assert re.match(time_limit_reason("hostile.rst", cpu_seconds), hostile.failure_reason), hostile.failure_reason
+    assert {name: (d.status, d.failure_reason) for name, d in documents.items()} == {
+        "huge.pdf": ("failed", "no text could be extracted (page 1 is 200 × 200 in; read by OCR at 5 dpi instead "
+                               "of 144 (KB_OCR_MAX_PIXELS); page 1 has no text layer and OCR found no text)"),
+        "next.md": ("ready", ""),
+    }
+    assert documents["next.md"].chunks.filter(content__contains="4711").exists()
+    print(f"bounded worker: the three documents took {seconds:.1f} s")
