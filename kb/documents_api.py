@@ -2,9 +2,12 @@
 
 Handlers parse, call one selector or service of kb.selectors / kb.services, and serialize:
 the visibility, upload, replacement and access rules live there, so the API cannot drift
-from the page. Managing (upload, retry, re-index, access, delete, folders) is for the
-people the page lets manage documents; to anyone else those endpoints answer 404, as the
-page does. Tokens need `documents:read` to read and `documents:write` to change anything.
+from the page. Changing anything (upload, retry, re-index, access, delete, folders) follows
+the staff rule, accounts.acl.staff_may: the Django model permission for that action and read
+access to the document or folder (superusers: anything they can reach). To anyone who is not
+staff these endpoints answer 404, as the page does; staff lacking the permission, or asking to
+change what they cannot read, get 403; what they cannot see at all is 404, like a missing one.
+Tokens need `documents:read` to read and `documents:write` to change anything.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from ninja.errors import HttpError
 from ninja.files import UploadedFile
 from pydantic import Field, field_validator
 
+from accounts.acl import is_active_user, principals_admit, staff_may
 from accounts.api import api_auth
 from accounts.models import Scope
 from kb.api_contract import ANY, BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, StrictIn
@@ -31,6 +35,8 @@ from kb.selectors import (
     document_is_stale,
     document_list,
     folder_get,
+    folder_grants_shown,
+    folder_row,
     library_folders,
     user_can_manage_documents,
 )
@@ -86,7 +92,8 @@ class DocumentOut(Schema):
     filename: str = Field(examples=["expense-policy.pdf"])
     mime_type: str = Field(examples=["application/pdf"])
     size: int = Field(description="Bytes of the original file", examples=[183204])
-    sha256: str
+    sha256: str = Field(description="SHA-256 of the stored file; empty while a new version waits to be indexed "
+                        "and the caller may not read that version")
     folder: int | None = Field(examples=[3])
     folder_name: str | None = Field(examples=["Finance"])
     status: StatusName = Field(examples=["ready"])
@@ -185,7 +192,9 @@ class FolderOut(Schema):
     id: int | Literal["none"] = Field(description="`none` stands for documents outside any folder", examples=[3])
     name: str = Field(examples=["Finance"])
     count: int = Field(description="Documents in it that the caller may read", examples=[12])
-    access: AccessOut | None = Field(description="Who reads its documents; shown to document managers only")
+    access: AccessOut | None = Field(
+        description="Who reads its documents; shown to superusers and to document managers who may read the folder"
+    )
 
 
 
@@ -193,17 +202,47 @@ class FolderOut(Schema):
 # --------------------------------------------------------------------------- helpers
 
 
-def _manager(request: HttpRequest) -> None:
-    # As on the page: to anyone who may not manage documents these endpoints do not exist.
-    if not user_can_manage_documents(request.user):
+def _allow(request: HttpRequest, permission: str, obj: Document | Folder | None = None) -> None:
+    """The staff rule (accounts.acl.staff_may). As on the page, to anyone who is not staff these
+    endpoints do not exist (404); staff without `permission`, or who may not read `obj`, get 403."""
+    user = request.user
+    if not (is_active_user(user) and user.is_staff):
         raise Http404("Not Found")
+    if not staff_may(user, permission):
+        raise HttpError(403, f"You need the {permission} permission for this.")
+    if obj is not None and not staff_may(user, permission, obj):
+        raise HttpError(403, "You may not change what you may not read.")
+
+
+def _document_to_change(request: HttpRequest, pk: int, permission: str) -> Document:
+    _allow(request, permission)
+    document = document_get_followable(user=request.user, pk=pk)
+    _allow(request, permission, document)
+    return document
+
+
+def _folder_to_change(request: HttpRequest, pk: int, permission: str) -> Folder:
+    _allow(request, permission)
+    folder_get(user=request.user, pk=pk)  # 404 for a folder they would not see listed
+    folder = Folder.objects.get(pk=pk)
+    _allow(request, permission, folder)
+    return folder
 
 
 def _ids(related: Any) -> list[int]:
     return sorted(item.pk for item in related.all())
 
 
-def _document_out(document: Document, *, manage: bool) -> dict[str, Any]:
+def _sha256_shown(document: Document, user: Any) -> str:
+    """The stored file's hash, but while a new version waits only to those who may read that version
+    (its audience, as for the download, or who may change it): to its old audience it would confirm
+    a guess of the new file. The served version's hash is not kept, so they get none."""
+    shown = (document.pending_acl is None or principals_admit(document.pending_acl, user)
+             or staff_may(user, "kb.change_document", document))
+    return document.sha256 if shown else ""
+
+
+def _document_out(document: Document, *, manage: bool, user: Any) -> dict[str, Any]:
     access = None
     if manage:
         access = {
@@ -218,7 +257,7 @@ def _document_out(document: Document, *, manage: bool) -> dict[str, Any]:
         "filename": document.filename,
         "mime_type": document.mime_type,
         "size": document.size,
-        "sha256": document.sha256,
+        "sha256": _sha256_shown(document, user),
         "folder": document.folder_id,
         "folder_name": document.folder.name if document.folder else None,
         "status": document.status,
@@ -240,11 +279,11 @@ def _document_out(document: Document, *, manage: bool) -> dict[str, Any]:
     }
 
 
-def _fresh(document: Document) -> dict[str, Any]:
+def _fresh(document: Document, user: Any) -> dict[str, Any]:
     """The document as a service left it, for a manager. Not looked up again: a manager may have just
     given it to groups they are not in themselves."""
     document.refresh_from_db()
-    return _document_out(document, manage=True)
+    return _document_out(document, manage=True, user=user)
 
 
 def _refuse_unknown_fields(request: HttpRequest) -> None:
@@ -287,7 +326,7 @@ def document_index(request: HttpRequest, filters: Query[DocumentFilter]) -> dict
         "count": found.count(),
         "limit": filters.limit,
         "offset": filters.offset,
-        "items": [_document_out(d, manage=manage) for d in page],
+        "items": [_document_out(d, manage=manage, user=request.user) for d in page],
     }
 
 
@@ -303,12 +342,17 @@ def document_upload_many(
     """Multipart upload (`files` repeated) into a folder with an access choice, the same rules as the
     library page: identical content is a no-op, a changed file with the same name replaces the old
     version. Each file succeeds or fails alone (`error`); 201 when at least one new document was made."""
-    _manager(request)
+    _allow(request, "kb.add_document")
     _refuse_unknown_fields(request)
+    if form.folder and not any(row["id"] == int(form.folder) for row in library_folders(user=request.user)):
+        # A folder they would not see listed is refused as a missing one (kb.forms.upload_target_of).
+        raise HttpError(400, f"Folder {form.folder} does not exist (any more); reload the folder list.")
     try:
         target = upload_target_of(folder_id=form.folder, access=form.access, group_ids=form.groups, user_ids=form.users)
     except UploadFormError as exc:
         raise HttpError(400, str(exc)) from None
+    if target.folder is not None:
+        _allow(request, "kb.add_document", target.folder)
     items = []
     for upload in files:
         name = upload.name or "upload"
@@ -323,7 +367,7 @@ def document_upload_many(
                 "created": result.created,
                 "queued": result.queued,
                 "error": None,
-                "document": _fresh(result.document),
+                "document": _fresh(result.document, request.user),
             }
         )
     return Status(201 if any(item["created"] for item in items) else 200, {"items": items})
@@ -333,18 +377,17 @@ def document_upload_many(
 def document_detail(request: HttpRequest, pk: int) -> dict[str, Any]:
     """Status, failure stage and reason, index version, counts. 404 for a document the caller may not read."""
     if user_can_manage_documents(request.user):
-        return _fresh(document_get_followable(user=request.user, pk=pk))
-    return _document_out(document_get(user=request.user, pk=pk), manage=False)
+        return _fresh(document_get_followable(user=request.user, pk=pk), request.user)
+    return _document_out(document_get(user=request.user, pk=pk), manage=False, user=request.user)
 
 
 def _requeue(request: HttpRequest, pk: int, service: Callable[..., None]) -> Status[dict[str, Any]]:
-    _manager(request)
-    document = document_get_followable(user=request.user, pk=pk)
+    document = _document_to_change(request, pk, "kb.change_document")
     try:
         service(document=document)
     except DocumentStateConflict as exc:
         raise HttpError(409, str(exc)) from None
-    return Status(202, _fresh(document))
+    return Status(202, _fresh(document, request.user))
 
 
 @documents.post(
@@ -368,22 +411,20 @@ def document_reindex_one(request: HttpRequest, pk: int) -> Status[dict[str, Any]
 )
 def document_access(request: HttpRequest, pk: int, payload: AccessIn) -> dict[str, Any]:
     """Takes effect in search at once: the document's chunks carry the new readers in the same transaction."""
-    _manager(request)
-    document = document_get_followable(user=request.user, pk=pk)
+    document = _document_to_change(request, pk, "kb.change_document")
     groups, users = _readers(payload.groups, payload.users)
     if payload.inherit and document.folder_id is None:
         raise HttpError(400, "The document is in no folder, so it has no folder access to inherit.")
     if not (payload.inherit or payload.public or groups or users):
         raise HttpError(400, "Choose inherit, public, or at least one group or person who may read the document.")
     document_set_access(document=document, inherit=payload.inherit, public=payload.public, groups=groups, users=users)
-    return _fresh(document)
+    return _fresh(document, request.user)
 
 
 @documents.delete("/{pk}", response={204: None, **PARAMS, **NOT_FOUND}, auth=WRITE, summary="Delete a document")
 def document_remove(request: HttpRequest, pk: int) -> Status[None]:
     """Removes the document, its passages and its file."""
-    _manager(request)
-    document_delete(document=document_get_followable(user=request.user, pk=pk))
+    document_delete(document=_document_to_change(request, pk, "kb.delete_document"))
     return Status(204, None)
 
 
@@ -394,60 +435,62 @@ def _folder_access(folder: Folder) -> dict[str, Any]:
     return {"inherit": False, "public": folder.public, "groups": _ids(folder.groups), "users": _ids(folder.users)}
 
 
-def _folder_out(row: dict[str, Any], *, manage: bool) -> dict[str, Any]:
-    show = manage and row["id"] != "none"
-    folder = Folder.objects.prefetch_related("groups", "users").get(pk=row["id"]) if show else None
+def _folder_out(row: dict[str, Any], *, user: Any, shown: bool | None = None) -> dict[str, Any]:
+    """A folder row with its grants for those who may see them (kb.selectors.folder_grants_shown), or
+    `shown` for one who just set them."""
+    folder = None
+    if row["id"] != "none":
+        folder = folder_grants_shown(user=user).filter(pk=row["id"]).prefetch_related("groups", "users").first()
+        if folder is None and shown:
+            folder = Folder.objects.prefetch_related("groups", "users").get(pk=row["id"])
     return {**row, "access": _folder_access(folder) if folder else None}
 
 
 @folders.get("", response={200: list[FolderOut], **ANY}, auth=READ, summary="List folders")
 def folder_index(request: HttpRequest) -> list[dict[str, Any]]:
-    """Folders with how many documents the caller may read in each. Managers see every folder and its
-    readers; others only folders that hold something they may read."""
+    """Folders with how many documents the caller may read in each. Superusers see every folder and its
+    readers; other managers the folders they may read or that hold something they may read, with the
+    readers of those they may read; others only folders that hold something they may read."""
     rows = library_folders(user=request.user)
-    if not user_can_manage_documents(request.user):
-        return [{**row, "access": None} for row in rows]
-    grants = {f.pk: f for f in Folder.objects.prefetch_related("groups", "users")}
+    grants = {f.pk: f for f in folder_grants_shown(user=request.user).prefetch_related("groups", "users")}
     return [{**row, "access": _folder_access(grants[row["id"]]) if row["id"] in grants else None} for row in rows]
 
 
 @folders.post("", response={201: FolderOut, 409: ErrorOut, **BODY, **NOT_FOUND}, auth=WRITE, summary="Create a folder")
 def folder_add(request: HttpRequest, payload: FolderIn) -> Status[dict[str, Any]]:
     """A new folder; private unless `public`. 409 when the name is taken."""
-    _manager(request)
+    _allow(request, "kb.add_folder")
     groups, users = _readers(payload.groups, payload.users)
     try:
         folder = folder_create(name=payload.name, public=payload.public, groups=groups, users=users)
     except DocumentStateConflict as exc:
         raise HttpError(409, str(exc)) from None
-    return Status(201, _folder_out(folder_get(user=request.user, pk=folder.pk), manage=True))
+    return Status(201, _folder_out(folder_row(user=request.user, folder=folder), user=request.user, shown=True))
 
 
 @folders.get("/{pk}", response={200: FolderOut, **PARAMS, **NOT_FOUND}, auth=READ, summary="One folder")
 def folder_detail(request: HttpRequest, pk: int) -> dict[str, Any]:
     """A folder the caller would see in the list (404 otherwise), with its count of readable documents."""
-    return _folder_out(folder_get(user=request.user, pk=pk), manage=user_can_manage_documents(request.user))
+    return _folder_out(folder_get(user=request.user, pk=pk), user=request.user)
 
 
 @folders.put(
     "/{pk}/access", response={200: FolderOut, **BODY, **NOT_FOUND}, auth=WRITE, summary="Change a folder's readers"
 )
 def folder_access(request: HttpRequest, pk: int, payload: FolderAccessIn) -> dict[str, Any]:
-    """Every document that inherits the folder's access follows, in the same transaction."""
-    _manager(request)
-    folder_get(user=request.user, pk=pk)
+    """Every document that inherits the folder's access follows, in the same transaction. Needs
+    `kb.change_folder` and read access to the folder (403 otherwise)."""
+    folder = _folder_to_change(request, pk, "kb.change_folder")
     groups, users = _readers(payload.groups, payload.users)
-    folder_set_access(folder=Folder.objects.get(pk=pk), public=payload.public, groups=groups, users=users)
-    return _folder_out(folder_get(user=request.user, pk=pk), manage=True)
+    folder_set_access(folder=folder, public=payload.public, groups=groups, users=users)
+    return _folder_out(folder_row(user=request.user, folder=folder), user=request.user, shown=True)
 
 
 @folders.delete("/{pk}", response={204: None, 409: ErrorOut, **PARAMS, **NOT_FOUND}, auth=WRITE, summary="Delete an empty folder")
 def folder_remove(request: HttpRequest, pk: int) -> Status[None]:
     """Refused (409) while the folder holds documents: they would lose the access they inherit."""
-    _manager(request)
-    folder_get(user=request.user, pk=pk)
     try:
-        folder_delete(folder=Folder.objects.get(pk=pk))
+        folder_delete(folder=_folder_to_change(request, pk, "kb.delete_folder"))
     except DocumentStateConflict as exc:
         raise HttpError(409, str(exc)) from None
     return Status(204, None)

@@ -11,7 +11,7 @@ from django.db.models import Count, Q, QuerySet
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 
-from accounts.acl import is_active_user, principals_admit, visible_documents
+from accounts.acl import folders_readable, is_active_user, principals_admit, visible_documents, visible_folders
 from kb.ingest.version import IndexVersion, current_index_version
 from kb.models import Document, Folder
 
@@ -99,19 +99,22 @@ def library_documents(*, user: Any, query: str = "", folder: str = "") -> QueryS
 
 
 def library_folders(*, user: Any) -> list[dict[str, Any]]:
-    """Folders with how many documents `user` may read in each (one query).
+    """Folders with how many documents `user` may read in each.
 
-    Admins see every folder (they upload into them); others only folders holding something
-    they may read, so a folder name alone tells nobody what exists behind it.
+    Superusers see every folder. Other admins see the folders they may know of
+    (accounts.acl.visible_folders: those they may read, which they may upload into, and those
+    holding something they may read); everyone else only folders holding something they may
+    read, so a folder name alone tells nobody what exists behind it.
     """
     grouped = library_documents(user=user).order_by().values("folder_id").annotate(n=Count("pk"))
     counts: dict[int | None, int] = {row["folder_id"]: row["n"] for row in grouped}
-    manage = user_can_manage_documents(user)
-    folders = [
-        {"id": f.pk, "name": f.name, "count": counts.get(f.pk, 0)}
-        for f in Folder.objects.order_by("name")
-        if manage or counts.get(f.pk)
-    ]
+    if is_active_user(user) and user.is_superuser:
+        listed = Folder.objects.all()
+    elif user_can_manage_documents(user):
+        listed = visible_folders(user)
+    else:
+        listed = Folder.objects.filter(pk__in=[pk for pk, n in counts.items() if pk is not None and n])
+    folders = [{"id": f.pk, "name": f.name, "count": counts.get(f.pk, 0)} for f in listed.order_by("name")]
     if counts.get(None):
         folders.append({"id": "none", "name": "Not in a folder", "count": counts[None]})
     return folders
@@ -173,3 +176,17 @@ def folder_get(*, user: Any, pk: int) -> dict[str, Any]:
         if folder["id"] == pk:
             return folder
     raise Http404("No such folder")
+
+
+def folder_row(*, user: Any, folder: Folder) -> dict[str, Any]:
+    """`folder` as library_folders() lists it, for one who just changed it (they may no longer see it)."""
+    count = library_documents(user=user, folder=str(folder.pk)).count()
+    return {"id": folder.pk, "name": folder.name, "count": count}
+
+
+def folder_grants_shown(*, user: Any) -> QuerySet[Folder]:
+    """Folders whose grants (group and person ids) an admin is shown: superusers all, other admins
+    those they may read, nobody else any."""
+    if not user_can_manage_documents(user):
+        return Folder.objects.none()
+    return Folder.objects.all() if user.is_superuser else folders_readable(user)

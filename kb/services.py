@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from accounts.acl import document_stage_acl, document_sync_acl
+from accounts.acl import document_stage_acl, document_sync_acl, hold_folder_grants, principals_admit, staff_may
 from kb import queues
 from kb.ingest.extract import UnsupportedFile, detect_mime
 from kb.models import Chunk, Document, Folder
@@ -94,8 +94,13 @@ def document_upload(
     """
     mime = upload_validate(name=name, stream=stream, size=size)
     sha = _sha256(stream)
+    # The folder first, as folder_set_access locks it: this upload reads the grants it is committed with.
+    if not hold_folder_grants(folder.pk if folder else None):
+        raise UploadRejected(f"{name}: the folder was deleted meanwhile; reload the folder list")
+    if folder is not None and _acts_as_staff(uploaded_by) and not staff_may(uploaded_by, "kb.add_document", folder):
+        raise UploadRejected(f"{name}: you may not upload into a folder you cannot read")
     same_place = documents_replaceable(uploaded_by).select_for_update().filter(folder=folder)
-    existing = same_place.filter(sha256=sha).first()
+    existing = next((d for d in same_place.filter(sha256=sha) if _may_know_file(uploaded_by, d)), None)
     if existing is not None:
         return UploadResult(existing, created=False, queued=False)
     document = same_place.filter(filename=name).first()
@@ -103,6 +108,9 @@ def document_upload(
     if document is None:
         document = Document(folder=folder, filename=name)
     else:
+        if _acts_as_staff(uploaded_by) and not staff_may(uploaded_by, "kb.change_document", document):
+            raise UploadRejected(f"{name}: a document of that name is here already; replacing it needs the "
+                                 "permission to change documents and access to both its versions")
         document.version += 1  # the row is locked: earlier runs of the pipeline now write nothing
         if document.file.name:  # a FieldFile is truthy exactly when it has a name
             transaction.on_commit(partial(document.file.storage.delete, document.file.name))
@@ -132,6 +140,19 @@ def document_upload(
     if enqueue:
         _enqueue([document.pk])
     return UploadResult(document, created=created, queued=True)
+
+
+def _acts_as_staff(uploader: Any) -> bool:
+    """Uploads through the page and the API are by staff, held to the staff rule (accounts.acl.staff_may).
+    No uploader is the operator (`manage.py ingest`, the demo), who may do anything; a non-staff
+    uploader comes only from code calling this directly, and matches only what they may read."""
+    return uploader is not None and bool(uploader.is_staff)
+
+
+def _may_know_file(uploader: Any, document: Document) -> bool:
+    """Whether "same content" may be answered about `document`'s stored file: while a new version
+    waits, only to its audience, else the reply would confirm a guess of a file they may not fetch."""
+    return uploader is None or document.pending_acl is None or principals_admit(document.pending_acl, uploader)
 
 
 def _enqueue(ids: list[int]) -> None:
@@ -216,6 +237,7 @@ def document_set_access(
     users: Iterable[Any] = (),
 ) -> list[str]:
     """Change who may read a document; its chunks follow in the same transaction."""
+    hold_folder_grants(document.folder_id)  # before the document's row, as folder_set_access does
     document.inherit_access = inherit
     document.public = public
     document.save(update_fields=["inherit_access", "public", "updated_at"])
@@ -226,7 +248,12 @@ def document_set_access(
 
 @transaction.atomic
 def folder_set_access(*, folder: Folder, public: bool, groups: Iterable[Group] = (), users: Iterable[Any] = ()) -> int:
-    """Change a folder's grants and re-derive every inheriting document; returns how many changed."""
+    """Change a folder's grants and re-derive every inheriting document; returns how many changed.
+
+    The folder's row is locked first, so a reader of its grants still open (an upload, a
+    re-upload, an access change: accounts.acl.hold_folder_grants) finishes before and its
+    document is re-derived here, or starts after and reads the new grants."""
+    Folder.objects.select_for_update().filter(pk=folder.pk).first()
     folder.public = public
     folder.save(update_fields=["public"])
     folder.groups.set(list(groups))
@@ -287,7 +314,9 @@ def folder_create(*, name: str, public: bool, groups: Iterable[Group] = (), user
 @transaction.atomic
 def folder_delete(*, folder: Folder) -> None:
     """Delete an empty folder. A folder with documents is refused: its documents would lose the
-    grants they inherit, so moving or deleting them is a decision to make first."""
+    grants they inherit, so moving or deleting them is a decision to make first. Locked first, like a
+    change of grants: an upload into it still open finishes before (and is counted) or finds it gone."""
+    Folder.objects.select_for_update().filter(pk=folder.pk).first()
     if Document.objects.filter(folder=folder).exists():
         raise DocumentStateConflict(f"The folder {folder.name!r} still holds documents; delete or move them first.")
     folder.delete()
