@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
 from django.conf import settings
 
+from kb import queues
 from kb.celery import when_job_lost
 
 
@@ -34,3 +37,25 @@ def _ingest_job_lost(document_id: int) -> None:
 
 
 when_job_lost(ingest_document, _ingest_job_lost)
+
+
+# One run of a source: listing, uploads and the indexing of what changed, in this job (kb.sources.sync), so
+# its result holds the counts `manage.py sync --wait` prints. The first run of a large source takes long.
+SYNC_TIME_LIMIT = 6 * 3600
+
+
+@shared_task(name="kb.sync_source", queue=queues.INGEST, soft_time_limit=SYNC_TIME_LIMIT,
+             time_limit=SYNC_TIME_LIMIT + 300)
+def sync_source(source_id: int, confirm: bool = False) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from kb.models import Source
+    from kb.sources.sync import SourceBusy, SyncResult, source_sync
+
+    source = Source.objects.filter(pk=source_id).first()
+    if source is None:
+        return asdict(SyncResult(status="failed", reason=f"source {source_id} no longer exists"))
+    try:
+        return asdict(source_sync(source, confirm=confirm))
+    except SourceBusy as exc:
+        return asdict(SyncResult(status="busy", reason=str(exc)))

@@ -1,0 +1,83 @@
+"""Adding and removing sources (the operator's writes); their runs are kb.sources.sync."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Sequence
+
+from django.db import transaction
+
+from kb.models import Folder, Source
+from kb.services import document_delete
+from kb.sources import git
+from kb.sources.kinds import KINDS
+from kb.sources.listing import ListingError, sub_path
+from kb.sources.sync import SourceBusy, source_lock
+
+_DURATION = re.compile(r"^(\d+)\s*([smhd]?)$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+MIN_EVERY = 60  # seconds: a schedule tighter than this would mostly list an unchanged source
+
+
+class SourceRejected(ValueError):
+    """A source that cannot be added as asked; the message says why."""
+
+
+def parse_every(value: str) -> int:
+    """Seconds of a schedule written as 90s, 15m, 2h, 1d or plain seconds."""
+    match = _DURATION.match(value.strip().lower())
+    if match is None:
+        raise SourceRejected(f"{value!r}: write the interval as 90s, 15m, 2h or 1d")
+    seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds < MIN_EVERY:
+        raise SourceRejected(f"{value!r}: the shortest schedule is {MIN_EVERY} s")
+    return seconds
+
+
+@transaction.atomic
+def source_create(*, name: str, kind: str, location: str, folder_name: str, branch: str = "", path: str = "",
+                  include: Sequence[str] = (), exclude: Sequence[str] = (), every: int | None = None) -> Source:
+    """A new source filling an existing folder. The folder must exist already: its access, set
+    deliberately, is what the source's documents get."""
+    name = name.strip()
+    if not name:
+        raise SourceRejected("a source needs a name")
+    if Source.objects.filter(name__iexact=name).exists():
+        raise SourceRejected(f"a source named {name!r} already exists")
+    if kind not in Source.Kind.values:
+        raise SourceRejected(f"{kind!r}: the kinds are {', '.join(Source.Kind.values)}")
+    if kind not in KINDS:
+        raise SourceRejected(f"{kind}: this kind of source is not built yet (available: {', '.join(KINDS)})")
+    folder = Folder.objects.filter(name=folder_name).first()
+    if folder is None:
+        raise SourceRejected(f"no KB folder named {folder_name!r}: create it first, with the access its documents should have")
+    try:
+        clean_path = sub_path(path)
+        if kind == Source.Kind.GIT:
+            git.location_check(location)
+    except ListingError as exc:
+        raise SourceRejected(str(exc)) from None
+    if kind == Source.Kind.FOLDER and not location.startswith("/"):
+        raise SourceRejected(f"{location!r}: a folder source needs an absolute path on the server")
+    return Source.objects.create(name=name, kind=kind, location=location.strip(), folder=folder, branch=branch.strip(),
+                                 path=clean_path, include=list(include), exclude=list(exclude), every=every)
+
+
+def source_remove(*, source: Source, keep_documents: bool = False) -> int:
+    """Remove a source and, unless kept, its documents (through kb.services); returns how many were deleted.
+    Kept documents stay in the folder as ordinary documents. Refused while a run of the source is under way."""
+    with source_lock(source.pk) as taken:
+        if not taken:
+            raise SourceBusy(f"{source.name}: a run of this source is under way; remove it when it ends")
+        deleted = 0
+        with transaction.atomic():
+            if not keep_documents:
+                for document in source.documents.all():
+                    document_delete(document=document)
+                    deleted += 1
+            source.documents.update(source=None, source_path="", source_etag="")
+            cache = git.cache_dir(source)
+            source.delete()
+        shutil.rmtree(cache, ignore_errors=True)
+        return deleted
