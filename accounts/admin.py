@@ -27,6 +27,11 @@ class ApiTokenAdmin(admin.ModelAdmin):
     fields = ("user", "name", "prefix", "scopes", "expires_at", "created_at", "last_used_at", "revoked_at")
     actions = ("revoke",)
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ApiToken]:
+        """Staff who are not superusers list, revoke and delete only their own tokens: another's is their credential."""
+        tokens: QuerySet[ApiToken] = super().get_queryset(request)
+        return tokens if request.user.is_superuser else tokens.filter(user__in=[request.user.pk])
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         # A raw token must be shown to its owner once; `manage.py apitoken` does that.
         return False

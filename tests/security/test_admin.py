@@ -61,13 +61,14 @@ def test_a_staff_user_outside_the_group_sees_nothing_of_it_in_the_admin(staff: C
 
 
 def test_a_token_cannot_be_moved_to_another_user(staff: Client, people: dict[str, Any]) -> None:
-    token, raw = token_create(user=people["carol"], name="laptop")
+    ellen = User.objects.get(username="ellen")  # staff see only their own tokens (test_staff_admin.py)
+    token, raw = token_create(user=ellen, name="laptop")
     response = staff.post(f"/admin/accounts/apitoken/{token.pk}/change/", {"user": people["admin"].pk, "name": "moved"})
     assert response.status_code == 302
     token.refresh_from_db()
-    assert token.name == "moved" and token.user == people["carol"]
+    assert token.name == "moved" and token.user == ellen
     found = token_authenticate(raw, scope=None)
-    assert found is not None and found.user == people["carol"]
+    assert found is not None and found.user == ellen
 
 
 def test_the_document_file_cannot_be_swapped_in_the_admin(staff: Client, people: dict[str, Any]) -> None:

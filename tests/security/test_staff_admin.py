@@ -12,6 +12,7 @@ from django.test import Client
 
 from accounts.acl import visible_documents
 from accounts.models import OidcIdentity
+from accounts.tokens import token_create
 from chat.models import Citation, Feedback, Message
 from chat.services import answer_produce, question_ask
 from kb.models import Folder
@@ -255,6 +256,23 @@ def test_only_a_superuser_may_link_a_sign_in_identity(people: dict[str, Any]) ->
     assert client.post(f"/admin/accounts/oidcidentity/{existing.pk}/change/", link).status_code == 403
     assert list(OidcIdentity.objects.values_list("user", "subject")) == [(people["alice"].pk, "alice-sub")]
     assert "oidcidentity" not in client.get("/admin/").content.decode()
+
+
+def test_staff_manage_only_their_own_api_tokens(people: dict[str, Any]) -> None:
+    """A token is its owner's credential: revoking or deleting the superuser's is not a staff user's to do."""
+    mallory, client = staff("mallory", *ACCOUNTS)
+    theirs, _ = token_create(user=people["admin"], name="deploy 5521")
+    mine, _ = token_create(user=mallory, name="my laptop")
+    page = client.get("/admin/accounts/apitoken/").content.decode()
+    assert "my laptop" in page and "deploy 5521" not in page
+    client.post(f"/admin/accounts/apitoken/{theirs.pk}/delete/", {"post": "yes"})
+    for action in ("revoke", "delete_selected"):
+        client.post("/admin/accounts/apitoken/", {"action": action, "_selected_action": [str(theirs.pk)], "post": "yes"})
+    theirs.refresh_from_db()
+    assert theirs.active
+    client.post("/admin/accounts/apitoken/", {"action": "revoke", "_selected_action": [str(mine.pk)]})
+    mine.refresh_from_db()
+    assert not mine.active
 
 
 def test_only_a_superuser_may_change_accounts_and_group_membership(people: dict[str, Any]) -> None:
