@@ -144,6 +144,8 @@ class Document(models.Model):
     # While embedding: chunks embedded so far out of the total, for live progress in the library.
     progress_done = models.PositiveIntegerField(default=0)
     progress_total = models.PositiveIntegerField(default=0)
+    # Chunks of the last run that kept the previous version's vectors (same text) instead of being embedded.
+    chunks_reused = models.PositiveIntegerField(default=0)
     chunk_count = models.PositiveIntegerField(default=0)
     token_total = models.PositiveIntegerField(default=0)
     token_max = models.PositiveIntegerField(default=0)

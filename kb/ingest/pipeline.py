@@ -20,8 +20,10 @@ from django.utils import timezone
 
 from kb.events import publish_document_status
 from kb.ingest import bounded, chunking, classify, embedding, extract, headings, indexing
+from kb.ingest import pieces as pieces_format
 from kb.ingest.tokens import counting_time
-from kb.models import Document, filename_title
+from kb.ingest.version import current_index_version
+from kb.models import Chunk, Document, filename_title
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +112,16 @@ def ingest(document_id: int) -> str:
         clock.lap("classify")
 
         stage = Document.Status.EMBEDDING
-        _current(document_id, version).update(progress_done=0, progress_total=len(drafts))
+        texts = [draft.text for draft in drafts]
+        kept = _previous_vectors(document, set(texts))
+        todo = sorted({text for text in texts if text not in kept})
+        _current(document_id, version).update(progress_done=0, progress_total=len(todo))
         _enter(document_id, version, stage)
-        vectors, pieces, piece_ids = _embed_with_progress(document_id, version, [draft.text for draft in drafts])
+        if todo:
+            fresh = zip(todo, *_embed_with_progress(document_id, version, todo), strict=True)
+            kept.update((text, (vector, piece_vectors, ids)) for text, vector, piece_vectors, ids in fresh)
+        vectors = np.stack([kept[text][0] for text in texts])
+        pieces, piece_ids = [kept[text][1] for text in texts], [kept[text][2] for text in texts]
         clock.lap("embed")
 
         indexing.replace_chunks(
@@ -120,7 +129,7 @@ def ingest(document_id: int) -> str:
             audiences=audiences, vectors=vectors, version=version, pieces=pieces, piece_ids=piece_ids,
         )
         clock.lap("write")
-        _current(document_id, version).update(stage_seconds=clock.seconds)
+        _current(document_id, version).update(stage_seconds=clock.seconds, chunks_reused=len(texts) - len(todo))
         publish_document_status(document_id)
         return Document.Status.READY
     except indexing.Superseded:
@@ -176,6 +185,25 @@ def _embed_with_progress(document_id: int, version: int,
         )
         publish_document_status(document_id)
     return np.concatenate(parts), pieces, ids
+
+
+def _previous_vectors(document: Document, texts: set[str]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The stored vectors of the version being replaced, by chunk text, for the texts wanted again: a chunk
+    whose text did not change keeps them (editing one paragraph re-embeds a few chunks, not the manual).
+    Only from an index built by the running model and word-piece format, and only chunks with piece ids."""
+    stamp = current_index_version()
+    if (document.embedding_model, document.embedding_dimensions, document.late_version) != (
+        stamp.embedding_model, stamp.embedding_dimensions, stamp.late_version
+    ):
+        return {}
+    kept = {}
+    old = Chunk.objects.filter(document_id=document.pk)
+    wanted = {pk for pk, text in old.values_list("pk", "text") if text in texts}
+    for text, vector, late, ids in old.filter(pk__in=wanted).values_list("text", "embedding", "late_vectors", "piece_ids"):
+        if late is not None and ids:
+            kept[text] = (np.asarray(vector, dtype=np.float32), pieces_format.unpack(late, stamp.embedding_dimensions),
+                          np.asarray(pieces_format.unpack_ids(ids), dtype=np.int32))
+    return kept
 
 
 def _fail(document_id: int, version: int, stage: str, reason: str) -> None:

@@ -229,12 +229,13 @@ def _index(ids: list[int], result: SyncResult) -> None:
     ready = []
     for pk in ids:
         status = ingest(pk)
-        row = Document.objects.filter(pk=pk).values("status", "failure_reason", "source_path", "chunk_count").first()
+        row = Document.objects.filter(pk=pk).values("status", "failure_reason", "source_path", "chunk_count",
+                                                    "chunks_reused").first()
         if row is None:
             continue
         if status == Document.Status.READY:
             ready.append(pk)
-            result.chunks_embedded += row["chunk_count"]
+            result.chunks_embedded += row["chunk_count"] - row["chunks_reused"]
         elif row["status"] == Document.Status.FAILED:
             result.fail(row["source_path"], row["failure_reason"])
     if ready:

@@ -301,3 +301,33 @@ def test_sync_command_runs_on_the_worker_and_waits(celery_worker: Any, repo: Pat
     failed = manage("sync", "handbook", "--wait", env=service_env(), timeout=300)
     assert failed.returncode != 0 and "git clone failed" in failed.stderr
     assert Document.objects.filter(source__name="handbook", status="ready").count() == 3
+
+
+def _section(number: int, fact: str) -> str:
+    words = " ".join(f"step{number}x{i}" for i in range(90))
+    return f"## Procedure {number}\n\n{fact} The operator then follows the checklist: {words}.\n"
+
+
+def test_editing_one_section_of_a_manual_re_embeds_only_its_chunks(people: dict[str, Any], tmp_path: Path,
+                                                                   public_folder: Folder) -> None:
+    facts = [f"Valve {n} of the cooling loop is opened with the brass key number {n}0{n}." for n in range(1, 9)]
+    manual = tmp_path / "manual.md"
+    manual.write_text("# Plant manual\n\n" + "\n".join(_section(n, fact) for n, fact in enumerate(facts, 1)))
+    source = Source.objects.create(name="plant", kind="folder", location=str(tmp_path), folder=public_folder)
+    first = source_sync(source)
+    document = Document.objects.get(source=source)
+    assert first.chunks_embedded == document.chunk_count >= 8 and document.chunks_reused == 0
+    before = {c.text: (list(c.embedding), bytes(c.late_vectors)) for c in Chunk.objects.filter(document=document)}
+
+    new_fact = "Valve 5 of the cooling loop is opened with the red lever beside the pump."
+    manual.write_text(manual.read_text().replace(facts[4], new_fact))
+    edited = source_sync(source)
+    document.refresh_from_db()
+    assert edited.changed == 1 and document.version == 2 and document.chunk_count == len(before)
+    assert edited.chunks_embedded == 1 and document.chunks_reused == document.chunk_count - 1
+    after = list(Chunk.objects.filter(document=document))
+    kept = [c for c in after if c.text in before]
+    assert len(kept) == len(after) - 1
+    assert all((list(c.embedding), bytes(c.late_vectors)) == before[c.text] for c in kept)
+    assert found(people["carol"], "How is valve 5 of the cooling loop opened?", "red lever")
+    assert not indexed("brass key number 505")
