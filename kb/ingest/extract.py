@@ -13,10 +13,10 @@ import contextlib
 import io
 import re
 import zipfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import PurePath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # parsers are imported where used: a Markdown upload need not load lxml
     from bs4.element import PageElement, Tag
@@ -24,7 +24,8 @@ if TYPE_CHECKING:  # parsers are imported where used: a Markdown upload need not
     from docx.text.paragraph import Paragraph
 
 # 2: more formats; PDF pages joined where a sentence continues, page numbers dropped. 3: PDF text read by PDFium.
-EXTRACTOR_VERSION: int = 3
+# 4: a PDF's bookmarks found in its text are its headings.
+EXTRACTOR_VERSION: int = 4
 
 MARKDOWN = "text/markdown"
 PLAIN = "text/plain"
@@ -553,7 +554,7 @@ def _extract_pdf(data: bytes, name: str, *, ocr: bool, ocr_max_pixels: int,
     from kb.ingest.formats import ocr as ocr_reader
     from kb.ingest.formats.pages import join_pages
 
-    texts, title = _pdf_pages(data, name)
+    texts, title, outline = _pdf_pages(data, name)
     warnings: list[str] = []
     if not texts:
         raise ExtractionError(f"{name}: cannot read PDF: it has no pages")
@@ -574,10 +575,11 @@ def _extract_pdf(data: bytes, name: str, *, ocr: bool, ocr_max_pixels: int,
         else:
             warnings.append(f"page {index + 1} has no text layer and OCR found no text")
     text, pages = join_pages(texts)
-    return Extracted(text=text, headings=(), pages=pages, warnings=tuple(warnings), title=title)
+    return Extracted(text=text, headings=outline_headings(text, pages, outline), pages=pages,
+                     warnings=tuple(warnings), title=title)
 
 
-def _pdf_pages(data: bytes, name: str) -> tuple[list[str], str | None]:
+def _pdf_pages(data: bytes, name: str) -> tuple[list[str], str | None, list[OutlineEntry]]:
     """Each page's text and the metadata title, read with PDFium.
 
     pypdf's pure-Python text extraction took 0.2-0.3 s a page on 2 cores, most of a
@@ -604,9 +606,66 @@ def _pdf_pages(data: bytes, name: str) -> tuple[list[str], str | None]:
             textpage.close()
             page.close()
         raw_title = pdf.get_metadata_dict().get("Title")
+        outline = _pdf_outline(pdf)
     finally:
         pdf.close()
-    return texts, _pdf_title(raw_title) if raw_title else None
+    return texts, _pdf_title(raw_title) if raw_title else None, outline
+
+
+MAX_OUTLINE = 20_000  # bookmarks read; a manual has a few thousand at most
+
+
+@dataclass(frozen=True)
+class OutlineEntry:
+    level: int  # 1 for a top-level bookmark
+    title: str
+    page: int  # 0-based index of the page it points to
+
+
+def _pdf_outline(pdf: Any) -> list[OutlineEntry]:
+    """The PDF's bookmarks (its table of contents) that point at a page, in order."""
+    entries: list[OutlineEntry] = []
+    for bookmark in pdf.get_toc(max_depth=6):
+        dest = bookmark.get_dest()
+        index = dest.get_index() if dest is not None else None
+        title = " ".join((bookmark.get_title() or "").split())
+        if index is not None and title:
+            entries.append(OutlineEntry(level=bookmark.level + 1, title=title, page=index))
+        if len(entries) >= MAX_OUTLINE:
+            break
+    return entries
+
+
+# What a heading line may carry before its bookmark's title: "12.3.4 ", "A.1 ", "Chapter 3 ", "II. ".
+_SECTION_NUMBER = re.compile(
+    r"(?:(?:chapter|part|section|appendix)\s+)?(?:(?:\d{1,3}|[ivxlc]{2,6}|[a-z])[.)])*(?:\d{1,3}|[ivxlc]{2,6}|[a-z])?[.):]?\s")
+SECTION_NUMBER_CHARS = 24
+
+
+def outline_headings(text: str, pages: Sequence[Page], outline: Sequence[OutlineEntry]) -> tuple[Heading, ...]:
+    """The bookmarks found as lines of the canonical text: a bookmark's title alone on a line (after a
+    section number at most) on the page it points to or the next, after the heading before it. A PDF
+    has no heading tree of its own; without one a 300-page manual is one section, its chunks carry
+    no breadcrumb, and a citation names no chapter. A bookmark not found on its page is left out."""
+    headings: list[Heading] = []
+    after = 0
+    for entry in outline:
+        if not 0 <= entry.page < len(pages):
+            continue
+        low = max(after, pages[entry.page].start)
+        high = pages[min(entry.page + 1, len(pages) - 1)].end
+        wanted = entry.title.casefold()
+        at = low
+        for line in text[low:high].split("\n"):
+            plain = " ".join(line.split()).casefold()
+            prefix = plain[: len(plain) - len(wanted)]
+            if plain.endswith(wanted) and (not prefix or (len(prefix) <= SECTION_NUMBER_CHARS
+                                                          and _SECTION_NUMBER.fullmatch(prefix))):
+                headings.append(Heading(level=min(entry.level, 6), title=entry.title, start=at, end=at + len(line)))
+                after = at + len(line)
+                break
+            at += len(line) + 1
+    return tuple(headings)
 
 
 def _pdf_title(raw: str) -> str | None:

@@ -170,3 +170,49 @@ def test_a_scanned_pdf_becomes_searchable(db: None, people: dict[str, Any], sett
     assert document.warnings[0].startswith("page 1 read by OCR")
     hits = hybrid_search(user=people["carol"], query="When does the returns desk open?").hits
     assert hits and hits[0].document_id == document.pk and "7:30" in hits[0].content and hits[0].page == 1
+
+
+def manual_with_bookmarks() -> bytes:
+    """Three pages with a two-level outline; one bookmark's title is on no page, and page 3 says
+    "plot with boxes" in a sentence before its real "2.1 Boxes" heading line."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer, pagesize=A4, invariant=True)
+    _, height = A4
+    pages = [
+        ("intro", [("1 Getting started", 0), ("Install the tool from the package archive.", None),
+                   ("Lost bookmark", None)]),
+        ("styles", [("2 Plot styles", 0), ("Styles decide how data points are drawn on the canvas.", None)]),
+        ("boxes", [("You can plot with boxes", None), ("2.1 Boxes", 1),
+                   ("The boxes style draws a box centred on each x value.", None)]),
+    ]
+    outline = [("Getting started", "intro", 0), ("Missing chapter", "missing", 1), ("Plot styles", "styles", 0),
+               ("Boxes", "boxes", 1)]
+    for key, lines in pages:
+        pdf.bookmarkPage(key)
+        if key == "intro":
+            pdf.bookmarkPage("missing")
+        y = height - 80
+        for text, _ in lines:
+            pdf.setFont("Helvetica", 10)
+            pdf.drawString(56, y, text)
+            y -= 28
+        pdf.showPage()
+    for title, key, level in outline:
+        pdf.addOutlineEntry(title, key, level=level)
+    pdf.save()
+    return buffer.getvalue()
+
+
+def test_a_pdfs_bookmarks_found_on_their_pages_are_its_headings() -> None:
+    extracted = extract(data=manual_with_bookmarks(), mime=PDF, filename="manual.pdf")
+    found = [(h.level, h.title, extracted.text[h.start : h.end]) for h in extracted.headings]
+    assert found == [(1, "Getting started", "1 Getting started"), (1, "Plot styles", "2 Plot styles"),
+                     (2, "Boxes", "2.1 Boxes")]  # not "You can plot with boxes"; "Missing chapter" is on no page
+    drafts = split(extracted, title="Manual")
+    crumbs = {d.breadcrumb for d in drafts}
+    assert ("Manual", "Plot styles", "Boxes") in crumbs
+    [boxes] = [d for d in drafts if d.breadcrumb == ("Manual", "Plot styles", "Boxes")]
+    assert "draws a box centred" in boxes.text
