@@ -1,0 +1,358 @@
+"""The leak suite as a permission matrix (issue 28): staff accounts holding no permission, each single Django
+permission of our models (kb, chat, accounts, auth), every pair within one model of kb and chat, and wide
+bundles (some also in the review group), none of them in a restricted document's groups, against every
+operation of the OpenAPI schema, every admin page of the models they hold (bundles: of all models) and the
+review desk, library and viewer. Restricted rows are sampled one per set, rotating over the sets, so that
+the whole matrix stays within a minute or two of `make test`.
+
+A probe LEAKS when any response carries a restricted document's code, title, file name, link or id, or a
+restricted folder's name; it ESCALATES when after a write a restricted document, folder, chunk, reader's
+conversation, answer, citation or flag changed, or any account's (or the attacker's own) powers did. Every
+probe runs in a savepoint that is rolled back, so each starts from the same fixtures; paginated lists are
+walked to their last page (the admin at 3 rows a page, so every list has several).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterator
+from itertools import product
+from typing import Any
+
+import pytest
+from django.contrib import admin
+from django.contrib.auth.models import Group, User
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import models, transaction
+from django.test import Client
+
+from accounts.models import ApiToken, OidcIdentity
+from accounts.tokens import token_create
+from chat.models import Citation, Feedback, Message
+from chat.services import answer_produce, feedback_add, question_ask
+from kb.models import Chunk, Document, Folder
+from tests.conftest import OUTPUT
+from tests.security.fortress import Restricted, build
+from tests.security.matrix import (
+    MODELS,
+    Guarded,
+    Matrix,
+    PermissionSet,
+    form_fields,
+    permission_sets,
+    permissions_of,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
+
+MIN_PROBES = 3000
+PER_PAGE = 3  # admin rows per page: every changelist has several pages to walk
+
+
+class World:
+    """The fixtures every permission set is probed against, and the probes themselves."""
+
+    def __init__(self, people: dict[str, Any], corpus: list[Restricted]) -> None:
+        self.people = people
+        self.corpus = corpus
+        self.docs = [item.document.pk for item in corpus if item.document is not None]
+        self.folders = list(Folder.objects.filter(name__in=RESTRICTED_FOLDERS).values_list("pk", flat=True))
+        self.answers: list[int] = []
+        self.conversations: list[int] = []
+        for item in corpus:
+            reader = people[sorted(item.readers)[0]]
+            secret = item.secrets[0]
+            asked = question_ask(user=reader, question=secret.questions[0], enqueue=False)
+            answer_produce(message_id=asked.answer.pk)
+            answer = Message.objects.get(pk=asked.answer.pk)
+            assert secret.code in answer.text, f"positive control: {reader}'s answer lacks {secret.code}"
+            feedback_add(reviewer=reader, message=answer, kind="unsupported", citation_number=1,
+                         note=f"Quoted: {secret.sentence}")
+            claim = {"start": 0, "end": len(answer.text), "sentence": secret.sentence, "numbers": [1],
+                     "missing": [secret.code], "verdict": "open"}
+            Message.objects.filter(pk=answer.pk).update(unsupported=[claim])
+            self.answers.append(answer.pk)
+            self.conversations.append(asked.conversation.pk)
+            token_create(user=reader, name=f"{item.key} laptop")
+            OidcIdentity.objects.get_or_create(user=reader, issuer="https://idp.example", subject=f"sub-{reader.pk}")
+        self.viewed = 0
+        self.guarded = Guarded(self.docs, self.folders, self.conversations, self.answers,
+                               list(User.objects.values_list("pk", flat=True)),
+                               list(Group.objects.values_list("pk", flat=True)))
+        self.rows: dict[type[models.Model], list[int]] = {
+            Document: self.docs,
+            Folder: self.folders,
+            Chunk: [Chunk.objects.filter(document_id=pk).values_list("pk", flat=True)[0] for pk in self.docs],
+            Message: sorted(Message.objects.filter(conversation_id__in=self.conversations).values_list("pk", flat=True)),
+            Citation: sorted(Citation.objects.filter(message_id__in=self.answers).values_list("pk", flat=True)),
+            Feedback: sorted(Feedback.objects.filter(message_id__in=self.answers).values_list("pk", flat=True)),
+            OidcIdentity: sorted(OidcIdentity.objects.values_list("pk", flat=True)),
+            User: [people[name].pk for name in ("admin", "dave", "bob")],
+            Group: [people["groups"][name].pk for name in ("engineering", "finance", "hr")],
+        }
+        self.rows[ApiToken] = sorted(ApiToken.objects.values_list("pk", flat=True))
+        markers = [m for item in corpus for m in item.markers()] + list(RESTRICTED_FOLDERS)
+        self.matrix = Matrix(markers, self.guarded)
+        superuser = Client()
+        superuser.force_login(people["admin"])
+        self.schema = superuser.get("/api/openapi.json").json()
+
+    # ----------------------------------------------------------------- API
+
+    def api_operations(self) -> list[tuple[str, str]]:
+        return [(method.upper(), path) for path, item in self.schema["paths"].items() for method in item
+                if method in ("get", "post", "put", "patch", "delete")]
+
+    def _takes_body(self, method: str, template: str) -> bool:
+        return "requestBody" in self.schema["paths"][template][method.lower()]
+
+    def api(self, who: PermissionSet, attacker: User, client: Client, turn: int, baseline: str) -> None:
+        """Every operation of the schema on one restricted row, rotating over the sets. A bundle: with every
+        body, page by page; any other set: with one body, and each list whole. The API checks no permission
+        of accounts or auth: sets of those alone are left to the bundles that hold them."""
+        if not who.wide and not who.models & API_MODELS:
+            return
+        for method, template in self.api_operations():
+            self.matrix.operations.add((method, template))
+            for url in self._urls(template, turn):
+                if method == "GET":
+                    for page in self._pages(template, url, who, client, turn):
+                        self.matrix.probe("api", who, attacker, client, "GET", page)
+                    continue
+                bodies = self._bodies(method, template, attacker, who, turn)
+                for data, content_type in bodies if who.wide else bodies[turn % len(bodies):][:1]:
+                    self.matrix.probe("api", who, attacker, client, method, url, data=data, content_type=content_type,
+                                      baseline=baseline, after_write=None if template == "/api/ask" else self._after_write)
+
+    def _urls(self, template: str, turn: int) -> list[str]:
+        values = {
+            "pk": self.folders if template.startswith("/api/folders") else self.docs,
+            "conversation_id": self.conversations,
+            "message_id": self.answers,
+            "index": [0, 7],
+        }
+        names = [part[1:-1] for part in template.split("/") if part.startswith("{")]
+        unknown = set(names) - set(values)
+        assert not unknown, f"the matrix has no ids for {unknown} of {template}: add them"
+        urls = []
+        for chosen in product(*([ids[turn % len(ids)]] for ids in (values[n] for n in names))):
+            url = template
+            for name, value in zip(names, chosen, strict=True):
+                url = url.replace("{" + name + "}", str(value))
+            urls.append(url)
+        return urls
+
+    def _pages(self, template: str, url: str, who: PermissionSet, client: Client, turn: int) -> Iterator[str]:
+        """A list whole, or for a bundle every page of it (limit/offset or `before` keysets); the filters
+        that name restricted rows."""
+        item = self.corpus[turn % len(self.corpus)]
+        if template == "/api/search":  # the same for every staff account: the bundles search
+            if who.wide:
+                yield f"{url}?q={item.secrets[turn % 3].questions[turn % 2]}&k=50"
+            return
+        if template in ("/api/documents", "/api/conversations"):
+            total = max(Document.objects.count(), len(self.conversations))
+            yield from (f"{url}?limit=2&offset={offset}" for offset in range(0, total + 2, 2)) if who.wide else [
+                f"{url}?limit=200"]
+            if template == "/api/documents":
+                yield f"{url}?folder={self.folders[turn % len(self.folders)]}&limit=500"
+                yield f"{url}?q={item.title.split()[1]}"
+            return
+        if template == "/api/review/answers":
+            before = ""
+            for _ in range(len(self.answers) + 1 if who.wide else 1):
+                page = f"{url}?limit={2 if who.wide else 100}{before}"
+                yield page
+                response = client.get(page)
+                rows = response.json() if response.status_code == 200 else []
+                if not rows:
+                    break
+                before = f"&before={rows[-1]['id']}"
+            return
+        yield url
+
+    def _bodies(self, method: str, template: str, attacker: User, who: PermissionSet,
+                turn: int) -> list[tuple[Any, str | None]]:
+        """Plausible writes of an attacker: give themselves access, open it to everyone, take over by name."""
+        me = attacker.pk
+        item = self.corpus[turn % len(self.corpus)]
+        as_json = "application/json"
+        bodies: dict[tuple[str, str], list[Any]] = {
+            ("PUT", "/api/documents/{pk}/access"): [{"users": [me]}, {"public": True}, {"inherit": True}],
+            ("PUT", "/api/folders/{pk}/access"): [{"users": [me]}, {"public": True}],
+            ("POST", "/api/folders"): [{"name": f"Matrix {turn}", "users": [me]}],
+            ("POST", "/api/ask"): [{"question": item.secrets[0].questions[0]},
+                                   *({"question": "And the next one?", "conversation": c} for c in self.conversations
+                                     if who.wide or c == self.conversations[turn % len(self.conversations)])],
+            ("POST", "/api/messages/{message_id}/rating"): [{"rating": -1}],
+            ("POST", "/api/review/answers/{message_id}/feedback"): [
+                {"kind": "unsupported", "citation": 1, "note": "matrix"}, {"kind": "outdated"}],
+            ("POST", "/api/review/answers/{message_id}/unsupported/{index}"): [{"verdict": "confirmed"}],
+        }
+        if (method, template) == ("POST", "/api/documents"):
+            folder = self.folders[turn % len(self.folders)]
+            target = next(i for i in self.corpus if i.document is not None and i.document.folder_id == folder)
+            text = f"# {target.title}\n\n## Replaced\n\nNothing to see.\n".encode()
+            return [
+                ({"files": [SimpleUploadedFile(target.filename, text)], "folder": str(folder), "access": "folder"}, None),
+                ({"files": [SimpleUploadedFile(target.filename, text + b"!")], "folder": str(folder),
+                  "access": "restricted", "users": [str(me)]}, None),
+            ]
+        if self._takes_body(method, template) and (method, template) not in bodies:
+            raise AssertionError(f"the matrix has no body for {method} {template}: add one")
+        return [(json.dumps(body), as_json) for body in bodies.get((method, template), [None])]
+
+    def _after_write(self) -> Iterator[tuple[str, str]]:
+        """After a write that succeeded: what it may have opened up."""
+        yield "api after write", "/api/documents?limit=500"
+        yield "api after write", "/api/folders"
+        yield "api after write", "/api/review/answers?limit=100"
+        self.viewed = (self.viewed + 1) % len(self.docs)
+        yield "viewer after write", f"/documents/{self.docs[self.viewed]}/"
+
+    def pages(self, who: PermissionSet, attacker: User, client: Client, turn: int) -> None:
+        """The HTML pages beside the API: the review desk (every page), the library, a restricted viewer."""
+        if not (who.wide or who.support):
+            return
+        pk = self.docs[turn % len(self.docs)]
+        for url in ("/review/", "/review/?filter=flagged", "/library/", f"/documents/{pk}/", f"/documents/{pk}/download"):
+            self.matrix.probe("pages", who, attacker, client, "GET", url)
+
+    # ----------------------------------------------------------------- admin
+
+    def admin(self, who: PermissionSet, attacker: User, client: Client, turn: int, baseline: str) -> None:
+        """A single permission or a pair: the pages of its model, on one restricted row rotating over the sets.
+        A bundle, or no permission at all: every page of every model. The review group changes
+        nothing in the admin: sets with it get the index only (their bundles run without it too)."""
+        probe = self.matrix.probe
+        probe("admin", who, attacker, client, "GET", "/admin/")
+        if who.support:
+            return
+        everything = who.wide or not who.models
+        if everything:
+            for app in sorted({m._meta.app_label for m in admin.site._registry}):
+                probe("admin", who, attacker, client, "GET", f"/admin/{app}/")
+        ours = {model for _, model in MODELS}
+        for model, model_admin in admin.site._registry.items():
+            opts = model._meta
+            base = f"/admin/{opts.app_label}/{opts.model_name}/"
+            rows = self.rows.get(model, [])
+            sample = [rows[turn % len(rows)]] if rows else []
+            if not everything and opts.model_name not in who.models:
+                continue
+            if opts.model_name not in ours:  # axes' login records: no restricted rows, refused or not
+                probe("admin", who, attacker, client, "GET", base)
+                continue
+            pages = math.ceil(model._default_manager.count() / PER_PAGE) + 1
+            for page in range(1, pages + 1):
+                probe("admin changelist pages", who, attacker, client, "GET", f"{base}?p={page}")
+            if model_admin.search_fields:
+                item = self.corpus[turn % len(self.corpus)]
+                for term in (item.secrets[0].code, item.title):
+                    probe("admin search", who, attacker, client, "GET", f"{base}?q={term}")
+            if model is Document:
+                for pk in self.folders:
+                    probe("admin changelist pages", who, attacker, client, "GET", f"{base}?folder__id__exact={pk}")
+            for field in opts.get_fields() if everything else ():
+                if field.is_relation and field.concrete:
+                    probe("admin autocomplete", who, attacker, client, "GET",
+                          f"/admin/autocomplete/?app_label={opts.app_label}&model_name={opts.model_name}"
+                          f"&field_name={field.name}&term=")
+            added = probe("admin", who, attacker, client, "GET", f"{base}add/")
+            add_form = form_fields(added.content.decode()) if added.status_code == 200 else {}
+            probe("admin writes", who, attacker, client, "POST", f"{base}add/",
+                  data={**add_form, **self._admin_changes(model, attacker, add=True), "_save": "Save"},
+                  baseline=baseline)
+            for pk in sample:
+                for view in ("change", "history", "delete"):
+                    shown = probe("admin", who, attacker, client, "GET", f"{base}{pk}/{view}/")
+                    if view == "change":
+                        form = form_fields(shown.content.decode()) if shown.status_code == 200 else {}
+                        probe("admin writes", who, attacker, client, "POST", f"{base}{pk}/change/",
+                              data={**form, **self._admin_changes(model, attacker, add=False), "_save": "Save"},
+                              baseline=baseline)
+                probe("admin writes", who, attacker, client, "POST", f"{base}{pk}/delete/", data={"post": "yes"},
+                      baseline=baseline)
+                if model is User:
+                    probe("admin writes", who, attacker, client, "POST", f"{base}{pk}/password/",
+                          data={"password1": "Matrix-pass-4411", "password2": "Matrix-pass-4411",
+                                "usable_password": "true"}, baseline=baseline)
+            for action in ("delete_selected", *(model_admin.actions or ())):
+                probe("admin writes", who, attacker, client, "POST", base,
+                      data={"action": action, "_selected_action": [str(pk) for pk in rows], "post": "yes", "index": "0"},
+                      baseline=baseline)
+        # The attacker's own account: the admin's user form holds the superuser flag and group memberships.
+        own = f"/admin/auth/user/{attacker.pk}/change/"
+        shown = probe("admin", who, attacker, client, "GET", own)
+        form = form_fields(shown.content.decode()) if shown.status_code == 200 else {"username": attacker.username}
+        probe("admin writes", who, attacker, client, "POST", own,
+              data={**form, **self._admin_changes(User, attacker, add=False), "_save": "Save"}, baseline=baseline)
+
+    def _admin_changes(self, model: type[models.Model], attacker: User, *, add: bool) -> dict[str, Any]:
+        """What an attacker changes in a form: access to themselves, restricted rows as targets, more power."""
+        me = str(attacker.pk)
+        groups = [str(pk) for pk in self.rows[Group]]
+        if model is Document:
+            return {"title": "Matrix", "inherit_access": "", "public": "on", "users": [me]}
+        if model is Folder:
+            return {"name": "Matrix folder" if add else Folder.objects.get(pk=self.folders[0]).name, "public": "on",
+                    "users": [me]}
+        if model is Feedback:
+            return {"message": str(self.answers[0]), "citation": str(self.rows[Citation][0]), "kind": "unsupported",
+                    "note": "matrix"}
+        if model is Message:
+            return {"source_documents": "", "unsupported": "[]", "rating": "1", "conversation": str(self.conversations[0])}
+        if model is Citation:
+            return {"label": "matrix", "message": str(self.answers[0])}
+        if model is OidcIdentity:
+            return {"user": str(self.people["admin"].pk), "issuer": "https://idp.example", "subject": "matrix-sub"}
+        if model is User:
+            extra = {"username": "matrix-new", "password1": "Matrix-pass-4411", "password2": "Matrix-pass-4411"} if add else {}
+            return {**extra, "is_superuser": "on", "is_staff": "on", "groups": groups}
+        if model is Group:
+            return {"name": "matrix" if add else "engineering", "permissions": []}
+        return {"title": "Matrix", "name": "Matrix"}
+
+
+RESTRICTED_FOLDERS = ("Ops vault 3310", "People files 6630")
+API_MODELS = {"document", "folder", "chunk", "conversation", "message", "citation", "feedback"}
+
+
+@pytest.fixture
+def few_rows_a_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    for model_admin in admin.site._registry.values():
+        monkeypatch.setattr(model_admin, "list_per_page", PER_PAGE)
+
+
+def test_no_staff_permission_set_leaks_or_escalates_on_the_api_or_the_admin(
+    people: dict[str, Any], settings: Any, few_rows_a_page: None
+) -> None:
+    settings.KB_ANSWER_BACKEND = "extractive"
+    started = time.monotonic()
+    world = World(people, build(people))
+    matrix = world.matrix
+    sets = permission_sets()
+    for turn, who in enumerate(sets):
+        with transaction.atomic():
+            attacker = User.objects.create_user(f"matrix{turn}", password="x", is_staff=True)
+            attacker.user_permissions.set(permissions_of(who.codenames))
+            if who.support:
+                attacker.groups.add(people["groups"]["support"])
+            client = Client(raise_request_exception=False)
+            client.force_login(attacker)
+            baseline = world.guarded.fingerprint(attacker)
+            world.api(who, attacker, client, turn, baseline)
+            world.pages(who, attacker, client, turn)
+            world.admin(who, attacker, client, turn, baseline)
+            transaction.set_rollback(True)
+
+    seconds = time.monotonic() - started
+    assert matrix.operations == set(world.api_operations())
+    OUTPUT.mkdir(exist_ok=True)
+    (OUTPUT / "permission-matrix.json").write_text(
+        json.dumps({**matrix.as_json(), "permission_sets": len(sets), "seconds": round(seconds)}, indent=1))
+    print(f"\npermission matrix: {len(sets)} permission sets, {matrix.report()}\n  in {seconds:.0f}s")
+    assert not matrix.of("leak") and not matrix.of("escalation"), matrix.report()
+    assert matrix.total >= MIN_PROBES, matrix.report()
