@@ -319,4 +319,7 @@ def folder_delete(*, folder: Folder) -> None:
     Folder.objects.select_for_update().filter(pk=folder.pk).first()
     if Document.objects.filter(folder=folder).exists():
         raise DocumentStateConflict(f"The folder {folder.name!r} still holds documents; delete or move them first.")
+    if names := list(folder.sources.values_list("name", flat=True)):
+        raise DocumentStateConflict(f"The folder {folder.name!r} is filled by the source(s) {', '.join(names)}; "
+                                    "remove them first (manage.py source remove NAME).")
     folder.delete()

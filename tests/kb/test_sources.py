@@ -287,6 +287,19 @@ def test_source_commands_add_list_and_remove(tmp_path: Path, public_folder: Fold
     assert not Source.objects.exists() and not Document.objects.exists() and not indexed("ninety-four euros")
 
 
+def test_a_folder_a_source_fills_is_not_deleted_from_under_it(people: dict[str, Any], tmp_path: Path,
+                                                               public_folder: Folder) -> None:
+    """The source would have nowhere to put its documents: refused with the source's name (was a 500)."""
+    from django.test import Client
+
+    Source.objects.create(name="share", kind="folder", location=str(tmp_path), folder=public_folder)
+    admin = Client()
+    admin.force_login(people["admin"])
+    refused = admin.delete(f"/api/folders/{public_folder.pk}")
+    assert refused.status_code == 409 and "filled by the source(s) share" in refused.json()["detail"]
+    assert Folder.objects.filter(pk=public_folder.pk).exists()
+
+
 def test_sync_command_runs_on_the_worker_and_waits(celery_worker: Any, repo: Path) -> None:
     Folder.objects.create(name="Handbook", public=True)
     added = manage("source", "add", "handbook", "--kind", "git", "--location", f"file://{repo}", "--folder", "Handbook",
