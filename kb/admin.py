@@ -8,12 +8,12 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from accounts.acl import document_sync_acl, is_active_user, readable_filter, staff_may, visible_folders
+from accounts.acl import document_sync_acl, folders_readable, readable_filter, staff_may, visible_folders
 from kb.ingest.pipeline import RUNNING, STAGES
 from kb.ingest.version import current_index_version
 from kb.models import Chunk, Document, Folder
@@ -69,15 +69,6 @@ class StaffRuleMixin(ReadableRowsMixin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return self.staff_may(request, "delete", obj)
-
-
-def folders_readable(user: Any) -> QuerySet[Folder]:
-    """Folders whose own grants admit `user`: accounts.acl.may_read as a query. (visible_folders is wider: it
-    also names folders that merely hold a document `user` may read, which is enough to name one, not to manage it.)"""
-    if not is_active_user(user):
-        return Folder.objects.none()
-    mine = Q(public=True) | Q(users=user) | Q(groups__in=user.groups.all())
-    return Folder.objects.filter(pk__in=Folder.objects.filter(mine).values("pk"))
 
 
 @admin.register(Folder)

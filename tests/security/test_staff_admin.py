@@ -3,6 +3,7 @@ and 8, and the staff rule: a change needs the model permission and read access; 
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -18,7 +19,7 @@ from chat.services import answer_produce, question_ask
 from kb.models import Folder
 from kb.services import folder_set_access
 from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS, VAULT, VAULT_QUESTION
-from tests.factories import ingested_document
+from tests.factories import ingested_document, uploaded_document
 
 SECRET = "ZX-4412-QUARTZ"
 VAULT_TITLE = "Vault rotation"  # the restricted document's title, the first part of its citations' labels
@@ -211,6 +212,22 @@ def test_staff_cannot_open_or_change_a_document_or_chunk_they_cannot_read(world:
     vault.refresh_from_db()
     assert vault.title == VAULT_TITLE and not vault.public
     assert not visible_documents(world["mallory"]).filter(pk=vault.pk).exists()
+
+
+def test_a_pending_versions_hash_is_not_shown_to_staff_of_the_old_audience(people: dict[str, Any]) -> None:
+    """Item 10's admin half: the document page shows the stored file's sha256, which while a new version waits is
+    that version's: to staff who read only the old version it would confirm a guess of the new file."""
+    ingested_document("# Pay\n\nThe pay scale is published in March.\n", "pay.md")
+    guess = b"# Pay\n\nThe new pay scale starts at 7,300.\n"
+    document = uploaded_document(guess, "pay.md", public=False, groups=[people["groups"]["hr"]])
+    assert document.pending_acl and document.acl == ["everyone"]
+    _, client = staff("mallory", "kb.view_document", "kb.change_document")
+    for page in (f"/admin/kb/document/{document.pk}/change/", f"/admin/kb/document/{document.pk}/history/",
+                 "/admin/kb/document/"):
+        assert hashlib.sha256(guess).hexdigest() not in client.get(page).content.decode(), page
+    superuser = Client()
+    superuser.force_login(people["admin"])
+    assert hashlib.sha256(guess).hexdigest() in superuser.get(f"/admin/kb/document/{document.pk}/change/").content.decode()
 
 
 def test_searching_the_admin_finds_nothing_she_cannot_read(world: dict[str, Any], people: dict[str, Any]) -> None:
