@@ -14,6 +14,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
 app = Celery("kb")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# `celery beat` (one per deployment, started by kb.runtime.launcher) sends these; the work runs on a worker.
+app.conf.beat_schedule = {
+    "sources-due": {"task": "kb.sources_due", "schedule": 60.0, "options": {"expires": 55}},
+}
 
 
 @task_prerun.connect

@@ -59,3 +59,13 @@ def sync_source(source_id: int, confirm: bool = False) -> dict[str, Any]:
         return asdict(source_sync(source, confirm=confirm))
     except SourceBusy as exc:
         return asdict(SyncResult(status="busy", reason=str(exc)))
+
+
+# Beat sends this every minute (kb/celery.py). It expires before the next tick: while the ingest worker is
+# busy, ticks lapse instead of piling up, and a due source is queued once the queue moves again.
+@shared_task(name="kb.sources_due", ignore_result=True)
+def sources_due() -> int:
+    """Queue a run of each source whose schedule has come round; how many were queued."""
+    from kb.sources.schedule import sources_due as due
+
+    return sum(queues.send(sync_source, source.pk) for source in due())

@@ -159,7 +159,8 @@ def test_make_run_serves_the_app_and_leaves_nothing_behind(tmp_path: Path) -> No
         seen = {p.pid for p in root.children(recursive=True)} | {launcher.pid}
         seen |= {int((var_dir / "pg" / "postmaster.pid").read_text().split()[0])}
         seen |= {int((var_dir / "redis" / "redis.pid").read_text().strip())}
-        assert len(seen) >= 6  # make, launcher, daphne, celery + its child, postgres, redis
+        assert len(seen) >= 7  # make, launcher, daphne, celery + its child, celery beat, postgres, redis
+        assert any("beat" in child.cmdline() for child in root.children(recursive=True))  # due source syncs
 
         os.killpg(launcher.pid, signal.SIGINT)  # what Ctrl-C in the terminal sends
         launcher.wait(90)  # make itself dies of the SIGINT; the launcher under it cleans up

@@ -1,4 +1,4 @@
-"""`make run`: services, migrations, demo data, then Daphne and the Celery workers until Ctrl-C.
+"""`make run`: services, migrations, demo data, then Daphne, the Celery workers and beat until Ctrl-C.
 
 Everything started here is stopped here: children run in their own process groups
 so the launcher decides the order (web and worker first, then Redis and PostgreSQL).
@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 
 from kb import queues
@@ -147,6 +148,7 @@ class Launcher:
         web = self.spawn("the web server (Daphne)", web_argv(self.host, self.port), env=query_environment())
         for worker in workers():
             self.spawn(f"the {worker.queue} worker", worker.argv(), env=worker.env, niceness=worker.niceness)
+        self.spawn("the scheduler (Celery beat)", beat_argv(embedded.var_dir()))
         wait_for_port(self.host, self.port, 60, web.process)
 
     def watch(self) -> int:
@@ -233,6 +235,17 @@ def workers() -> list[Worker]:
     return [
         Worker(queues.INGEST, os.environ.get("KB_WORKER_CONCURRENCY", "1"), WORKER_DATABASE, 10),
         Worker(queues.ANSWERS, os.environ.get("KB_ANSWER_CONCURRENCY", "2"), {**WORKER_DATABASE, **query_environment()}, 0),
+    ]
+
+
+def beat_argv(var_dir: Path) -> list[str]:
+    """Celery beat, which sends the periodic tasks (kb/celery.py: due source syncs). One per deployment: its
+    schedule file and pid lock live in VAR_DIR, so a second beat on the same VAR_DIR refuses to start."""
+    return [
+        sys.executable, "-m", "celery", "-A", "kb", "beat",
+        "--loglevel", "INFO",
+        "--schedule", str(var_dir / "celerybeat-schedule"),
+        "--pidfile", str(var_dir / "celerybeat.pid"),
     ]
 
 

@@ -1,0 +1,34 @@
+"""Which scheduled sources are due a run: Celery beat asks every minute (kb.tasks.sources_due)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db import connection
+from django.utils import timezone
+
+from kb.models import Source
+from kb.sources.sync import LOCK_CLASS
+
+
+def sources_running() -> set[int]:
+    """Ids of the sources whose run lock is held now, by any session (kb.sources.sync.source_lock). The
+    lock, not `last_status`, says a run is under way: a worker killed mid-run leaves `running` behind."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s AND objsubid = 2 "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            [LOCK_CLASS],
+        )
+        return {int(row[0]) for row in cursor.fetchall()}
+
+
+def sources_due(now: datetime | None = None) -> list[Source]:
+    """Scheduled sources whose interval has passed since their last run started (never run: due at once),
+    except those with a run under way."""
+    now = now or timezone.now()
+    running = sources_running()
+    return [
+        source for source in Source.objects.filter(every__isnull=False).exclude(pk__in=running)
+        if source.every and (source.last_started_at is None or source.last_started_at + timedelta(seconds=source.every) <= now)
+    ]
