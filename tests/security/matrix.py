@@ -28,11 +28,11 @@ from django.test import Client
 from accounts.acl import user_principals
 from accounts.models import ApiToken, OidcIdentity
 from chat.models import Conversation, Feedback, Message
-from kb.models import Chunk, Document, Folder
+from kb.models import Chunk, Document, Folder, Source
 
 # The models whose Django permissions the admin and the API check, as (app label, model name).
 MODELS = (
-    ("kb", "document"), ("kb", "folder"), ("kb", "chunk"),
+    ("kb", "document"), ("kb", "folder"), ("kb", "chunk"), ("kb", "source"),
     ("chat", "conversation"), ("chat", "message"), ("chat", "citation"), ("chat", "feedback"),
     ("accounts", "apitoken"), ("accounts", "oidcidentity"),
     ("auth", "group"), ("auth", "user"),
@@ -131,6 +131,8 @@ SELECT md5(concat_ws('#',
      FROM auth_group_permissions WHERE group_id = ANY(%(groups)s)),
   (SELECT string_agg(concat_ws(',', user_id, issuer, subject), '|' ORDER BY user_id, issuer, subject)
      FROM accounts_oidcidentity WHERE user_id <> %(attacker)s),
+  (SELECT string_agg(concat_ws(',', id, name, kind, location, branch, path, folder_id, include::text, exclude::text,
+          every, shrink_guard, last_status), '|' ORDER BY id) FROM kb_source WHERE folder_id = ANY(%(folders)s)),
   (SELECT count(*) FROM accounts_apitoken WHERE concat_ws(',', id, user_id, digest, scopes::text) <> ALL(%(tokens)s)
      AND user_id <> %(attacker)s)
 ))
@@ -179,6 +181,8 @@ class Guarded:
                    sorted(Document.objects.filter(folder=f).values_list("pk", flat=True)))
             for f in Folder.objects.filter(pk__in=self.folders).prefetch_related("groups", "users")
         }
+        sources = sorted(Source.objects.filter(folder_id__in=self.folders).values_list(
+            "pk", "name", "kind", "location", "branch", "path", "include", "exclude", "every", "shrink_guard", "last_status"))
         conversations = sorted(Conversation.objects.filter(pk__in=self.conversations).values_list("pk", "title", "owner"))
         messages = sorted(
             (m.pk, m.role, _digest(m.text), m.status, m.rating, json.dumps(m.unsupported, sort_keys=True),
@@ -204,7 +208,7 @@ class Guarded:
         fresh = User.objects.get(pk=attacker.pk)
         powers = (sorted(user_principals(fresh)), fresh.is_superuser, sorted(fresh.get_all_permissions()))
         return {
-            "documents": docs, "chunks": chunks, "folders": folders, "conversations": conversations,
+            "documents": docs, "chunks": chunks, "folders": folders, "sources": sources, "conversations": conversations,
             "messages": messages, "citations": citations, "feedback": feedback, "accounts": accounts,
             "groups": groups, "oidc identities": identities, "new or changed api tokens": tokens, "attacker's powers": powers,
         }

@@ -32,7 +32,7 @@ from accounts.models import ApiToken, OidcIdentity
 from accounts.tokens import token_create
 from chat.models import Citation, Feedback, Message
 from chat.services import answer_produce, feedback_add, question_ask
-from kb.models import Chunk, Document, Folder
+from kb.models import Chunk, Document, Folder, Source
 from tests.conftest import OUTPUT
 from tests.security.fortress import Restricted, build
 from tests.security.matrix import (
@@ -77,6 +77,8 @@ class World:
             self.conversations.append(asked.conversation.pk)
             token_create(user=reader, name=f"{item.key} laptop")
             OidcIdentity.objects.get_or_create(user=reader, issuer="https://idp.example", subject=f"sub-{reader.pk}")
+        self.sources = [Source.objects.create(name=name, kind=Source.Kind.FOLDER, location=f"/srv/{name}", folder_id=pk).pk
+                        for name, pk in zip(RESTRICTED_SOURCES, self.folders, strict=True)]
         self.viewed = 0
         self.guarded = Guarded(self.docs, self.folders, self.conversations, self.answers,
                                list(User.objects.values_list("pk", flat=True)),
@@ -84,6 +86,7 @@ class World:
         self.rows: dict[type[models.Model], list[int]] = {
             Document: self.docs,
             Folder: self.folders,
+            Source: self.sources,
             Chunk: [Chunk.objects.filter(document_id=pk).values_list("pk", flat=True)[0] for pk in self.docs],
             Message: sorted(Message.objects.filter(conversation_id__in=self.conversations).values_list("pk", flat=True)),
             Citation: sorted(Citation.objects.filter(message_id__in=self.answers).values_list("pk", flat=True)),
@@ -93,7 +96,7 @@ class World:
             Group: [people["groups"][name].pk for name in ("engineering", "finance", "hr")],
         }
         self.rows[ApiToken] = sorted(ApiToken.objects.values_list("pk", flat=True))
-        markers = [m for item in corpus for m in item.markers()] + list(RESTRICTED_FOLDERS)
+        markers = [m for item in corpus for m in item.markers()] + [*RESTRICTED_FOLDERS, *RESTRICTED_SOURCES]
         self.matrix = Matrix(markers, self.guarded)
         superuser = Client()
         superuser.force_login(people["admin"])
@@ -128,7 +131,8 @@ class World:
 
     def _urls(self, template: str, turn: int) -> list[str]:
         values = {
-            "pk": self.folders if template.startswith("/api/folders") else self.docs,
+            "pk": self.folders if template.startswith("/api/folders") else
+            self.sources if template.startswith("/api/sources") else self.docs,
             "conversation_id": self.conversations,
             "message_id": self.answers,
             "index": [0, 7],
@@ -183,6 +187,9 @@ class World:
             ("PUT", "/api/documents/{pk}/access"): [{"users": [me]}, {"public": True}, {"inherit": True}],
             ("PUT", "/api/folders/{pk}/access"): [{"users": [me]}, {"public": True}],
             ("POST", "/api/folders"): [{"name": f"Matrix {turn}", "users": [me]}],
+            ("POST", "/api/sources"): [{"name": f"Matrix {turn}", "kind": "folder", "location": "/srv/matrix",
+                                        "folder": self.folders[turn % len(self.folders)]}],
+            ("PATCH", "/api/sources/{pk}"): [{"location": "/srv/matrix", "include": ["*.md"]}],
             ("POST", "/api/ask"): [{"question": item.secrets[0].questions[0]},
                                    *({"question": "And the next one?", "conversation": c} for c in self.conversations
                                      if who.wide or c == self.conversations[turn % len(self.conversations)])],
@@ -246,12 +253,14 @@ class World:
                 probe("admin", who, attacker, client, "GET", base)
                 continue
             pages = math.ceil(model._default_manager.count() / PER_PAGE) + 1
-            for page in range(1, pages + 1):
-                probe("admin changelist pages", who, attacker, client, "GET", f"{base}?p={page}")
-            if model_admin.search_fields:
+            for page in range(1, pages + 1):  # a list refused on its first page is refused on all
+                listed = probe("admin changelist pages", who, attacker, client, "GET", f"{base}?p={page}")
+                if listed.status_code != 200:
+                    break
+            if model_admin.search_fields and listed.status_code == 200:
                 item = self.corpus[turn % len(self.corpus)]
-                for term in (item.secrets[0].code, item.title):
-                    probe("admin search", who, attacker, client, "GET", f"{base}?q={term}")
+                term = (item.secrets[0].code, item.title)[turn % 2]
+                probe("admin search", who, attacker, client, "GET", f"{base}?q={term}")
             if model is Document:
                 for pk in self.folders:
                     probe("admin changelist pages", who, attacker, client, "GET", f"{base}?folder__id__exact={pk}")
@@ -296,6 +305,9 @@ class World:
         groups = [str(pk) for pk in self.rows[Group]]
         if model is Document:
             return {"title": "Matrix", "inherit_access": "", "public": "on", "users": [me]}
+        if model is Source:
+            return {"name": "Matrix source", "kind": "folder", "location": "/srv/matrix",
+                    "folder": str(self.folders[0]), "shrink_guard": "0.5"}
         if model is Folder:
             return {"name": "Matrix folder" if add else Folder.objects.get(pk=self.folders[0]).name, "public": "on",
                     "users": [me]}
@@ -317,7 +329,8 @@ class World:
 
 
 RESTRICTED_FOLDERS = ("Ops vault 3310", "People files 6630")
-API_MODELS = {"document", "folder", "chunk", "conversation", "message", "citation", "feedback"}
+RESTRICTED_SOURCES = ("Vault mirror 3311", "People mirror 6631")  # each fills the restricted folder beside it
+API_MODELS = {"document", "folder", "chunk", "source", "conversation", "message", "citation", "feedback"}
 
 
 @pytest.fixture
