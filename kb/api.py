@@ -22,6 +22,7 @@ api.add_router("/search", "search.api.router")
 api.add_router("/", "chat.api.router")
 api.add_router("/documents", "kb.documents_api.documents")
 api.add_router("/folders", "kb.documents_api.folders")
+api.add_router("/sources", "kb.sources_api.sources")
 
 
 # Domain errors become HTTP here, once, for every router (a handler matches the nearest class).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 from collections.abc import Sequence
+from typing import Any
 
 from django.db import transaction
 
@@ -35,23 +36,23 @@ def parse_every(value: str) -> int:
     return seconds
 
 
-@transaction.atomic
-def source_create(*, name: str, kind: str, location: str, folder_name: str, branch: str = "", path: str = "",
-                  include: Sequence[str] = (), exclude: Sequence[str] = (), every: int | None = None) -> Source:
-    """A new source filling an existing folder. The folder must exist already: its access, set
-    deliberately, is what the source's documents get."""
+class SourceNameTaken(SourceRejected):
+    """Another source has the name already (names are unique, case aside)."""
+
+
+def _checked(*, name: str, kind: str, location: str, path: str, shrink_guard: float, exclude_pk: int | None = None
+             ) -> tuple[str, str, str]:
+    """The rules a source's settings obey, whether added or changed: (name, location, sub-path) cleaned."""
     name = name.strip()
     if not name:
         raise SourceRejected("a source needs a name")
-    if Source.objects.filter(name__iexact=name).exists():
-        raise SourceRejected(f"a source named {name!r} already exists")
+    others = Source.objects.exclude(pk=exclude_pk) if exclude_pk is not None else Source.objects.all()
+    if others.filter(name__iexact=name).exists():
+        raise SourceNameTaken(f"a source named {name!r} already exists")
     if kind not in Source.Kind.values:
         raise SourceRejected(f"{kind!r}: the kinds are {', '.join(Source.Kind.values)}")
     if kind not in KINDS:
         raise SourceRejected(f"{kind}: this kind of source is not built yet (available: {', '.join(KINDS)})")
-    folder = Folder.objects.filter(name=folder_name).first()
-    if folder is None:
-        raise SourceRejected(f"no KB folder named {folder_name!r}: create it first, with the access its documents should have")
     try:
         clean_path = sub_path(path)
         if kind == Source.Kind.GIT:
@@ -60,8 +61,49 @@ def source_create(*, name: str, kind: str, location: str, folder_name: str, bran
         raise SourceRejected(str(exc)) from None
     if kind == Source.Kind.FOLDER and not location.startswith("/"):
         raise SourceRejected(f"{location!r}: a folder source needs an absolute path on the server")
-    return Source.objects.create(name=name, kind=kind, location=location.strip(), folder=folder, branch=branch.strip(),
-                                 path=clean_path, include=list(include), exclude=list(exclude), every=every)
+    if not 0 <= shrink_guard <= 1:
+        raise SourceRejected(f"{shrink_guard}: the shrink guard is a share of the documents, from 0 to 1")
+    return name, location.strip(), clean_path
+
+
+@transaction.atomic
+def source_create(*, name: str, kind: str, location: str, folder_name: str, branch: str = "", path: str = "",
+                  include: Sequence[str] = (), exclude: Sequence[str] = (), every: int | None = None,
+                  shrink_guard: float = 0.5) -> Source:
+    """A new source filling an existing folder. The folder must exist already: its access, set
+    deliberately, is what the source's documents get."""
+    name, location, clean_path = _checked(name=name, kind=kind, location=location, path=path, shrink_guard=shrink_guard)
+    folder = Folder.objects.filter(name=folder_name).first()
+    if folder is None:
+        raise SourceRejected(f"no KB folder named {folder_name!r}: create it first, with the access its documents should have")
+    return Source.objects.create(name=name, kind=kind, location=location, folder=folder, branch=branch.strip(),
+                                 path=clean_path, include=list(include), exclude=list(exclude), every=every,
+                                 shrink_guard=shrink_guard)
+
+
+EDITABLE = ("name", "location", "branch", "path", "include", "exclude", "every", "shrink_guard")
+
+
+@transaction.atomic
+def source_change(*, source: Source, **changes: Any) -> Source:
+    """Change a source's settings (any of EDITABLE) under the rules of `source_create`. Its kind and folder
+    stay: its documents' access comes from that folder. The next run lists what the new settings select
+    (the shrink guard holds a run that would delete too much)."""
+    unknown = set(changes) - set(EDITABLE)
+    if unknown:
+        raise SourceRejected(f"{', '.join(sorted(unknown))}: cannot be changed (only {', '.join(EDITABLE)})")
+    merged = {field: changes.get(field, getattr(source, field)) for field in EDITABLE}
+    if merged["every"] is not None and merged["every"] < MIN_EVERY:
+        raise SourceRejected(f"{merged['every']} s: the shortest schedule is {MIN_EVERY} s")
+    merged["name"], merged["location"], merged["path"] = _checked(
+        name=merged["name"], kind=source.kind, location=merged["location"], path=merged["path"],
+        shrink_guard=merged["shrink_guard"], exclude_pk=source.pk)
+    merged["branch"] = merged["branch"].strip()
+    merged["include"], merged["exclude"] = list(merged["include"]), list(merged["exclude"])
+    for field, value in merged.items():
+        setattr(source, field, value)
+    source.save(update_fields=list(EDITABLE))
+    return source
 
 
 def source_remove(*, source: Source, keep_documents: bool = False) -> int:
