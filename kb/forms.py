@@ -17,16 +17,17 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.files.uploadedfile import UploadedFile
 
+from accounts.acl import folders_readable
 from kb.ingest.extract import SUPPORTED, SUPPORTED_KINDS
 from kb.models import Folder
 from kb.services import UploadResult, document_upload
 
 
-def upload_choices() -> dict[str, Any]:
+def upload_choices(user: Any) -> dict[str, Any]:
     """What the library's upload form offers a document manager: folders with their audience,
     groups and active people to share with, the size limit and the accepted file kinds."""
     return {
-        "all_folders": _folders_with_audience(),
+        "all_folders": _folders_with_audience(user),
         "groups": Group.objects.order_by("name"),
         "people": get_user_model().objects.filter(is_active=True).order_by("username"),
         "max_upload_mb": settings.KB_MAX_UPLOAD_MB,
@@ -35,9 +36,13 @@ def upload_choices() -> dict[str, Any]:
     }
 
 
-def _folders_with_audience() -> list[Folder]:
-    """Every folder, each with `.audience`: who reads the documents that inherit its grants."""
-    folders = list(Folder.objects.order_by("name").prefetch_related("groups", "users"))
+def _folders_with_audience(user: Any) -> list[Folder]:
+    """The folders `user` may upload into (a superuser: all; other staff: those whose grants admit them,
+    as document_upload requires), each with `.audience`: who reads the documents that inherit its grants."""
+    found = Folder.objects.order_by("name").prefetch_related("groups", "users")
+    if not user.is_superuser:
+        found = found.filter(pk__in=folders_readable(user).values("pk"))
+    folders = list(found)
     for folder in folders:
         if folder.public:
             folder.audience = "everyone"  # type: ignore[attr-defined]

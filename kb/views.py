@@ -128,7 +128,7 @@ def library(request: HttpRequest) -> HttpResponse:
         "can_manage": manage,
     }
     if manage:
-        context.update(upload_choices())
+        context.update(upload_choices(request.user))
     return render(request, "library.html", context)
 
 
