@@ -52,32 +52,6 @@ def is_superuser(request: HttpRequest) -> bool:
     return bool(request.user.is_active and request.user.is_superuser)
 
 
-@admin.register(OidcIdentity)
-class OidcIdentityAdmin(admin.ModelAdmin):
-    """Which account a single sign-on identity (issuer + sub) signs in as. Adding a row by hand hands an
-    existing local account to its owner's provider identity; sign-in never matches by e-mail."""
-
-    list_display = ("user", "subject", "issuer", "created_at")
-    list_select_related = ("user",)
-    search_fields = ("user__username", "subject")
-    raw_id_fields = ("user",)
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return is_superuser(request)
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return is_superuser(request)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return is_superuser(request)
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return is_superuser(request)
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return is_superuser(request)
-
-
 class SuperuserWritesMixin:
     """Django's own account admins, read-only to staff who are not superusers: `change_user` sets groups, superuser
     status and passwords, `change_group` a group's permissions."""
@@ -89,6 +63,24 @@ class SuperuserWritesMixin:
         return is_superuser(request)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_superuser(request)
+
+
+@admin.register(OidcIdentity)
+class OidcIdentityAdmin(SuperuserWritesMixin, admin.ModelAdmin):
+    """Which account a single sign-on identity (issuer + sub) signs in as. Adding a row by hand hands an
+    existing local account to its owner's provider identity; sign-in never matches by e-mail. Superusers
+    only, even to look: staff who could link their own provider `sub` to a superuser would sign in as one."""
+
+    list_display = ("user", "subject", "issuer", "created_at")
+    list_select_related = ("user",)
+    search_fields = ("user__username", "subject")
+    raw_id_fields = ("user",)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return is_superuser(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return is_superuser(request)
 
 
