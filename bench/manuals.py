@@ -81,9 +81,10 @@ def build(target: Path) -> Path:
                              corpus):
         rst.append(page.rename(page.with_name(page.name.removesuffix(".txt"))))
     rng = random.Random(29)  # noqa: S311 (a fixed sample of titles, not a secret)
-    picked = [title for titles in (sorted({t for pdf in pdfs for t in _pdf_titles(pdf) if len(t) > 3}),
-                                   sorted({t for page in rst for t in _rst_titles(page)}))
-              for title in rng.sample(titles, min(QUESTIONS // 2, len(titles)))]  # half on each format
+    samples = [rng.sample(titles, min(QUESTIONS // 2, len(titles)))
+               for titles in (sorted({t for pdf in pdfs for t in _pdf_titles(pdf) if len(t) > 3}),
+                              sorted({t for page in rst for t in _rst_titles(page)}))]
+    picked = [title for pair in zip(*samples, strict=False) for title in pair]  # one PDF, one reStructuredText, …
     with (target / "questions.jsonl").open("w") as out:
         for n, title in enumerate(picked):
             out.write(json.dumps({"id": f"m{n:03d}", "query": TEMPLATES[n % len(TEMPLATES)].format(title)}) + "\n")
