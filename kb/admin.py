@@ -1,4 +1,4 @@
-"""Admin for folders and documents: status, failure reason, retry, index-version badge, re-index."""
+"""Admin for folders, documents and sources: status, failure reason, retry, index-version badge, re-index, sync now."""
 
 from __future__ import annotations
 
@@ -14,11 +14,14 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from accounts.acl import document_sync_acl, folders_readable, readable_filter, staff_may, visible_folders
+from kb import queues
 from kb.ingest.pipeline import RUNNING, STAGES
 from kb.ingest.version import current_index_version
-from kb.models import Chunk, Document, Folder
+from kb.models import Chunk, Document, Folder, Source
 from kb.selectors import document_is_stale, documents_stale
 from kb.services import document_delete, document_queue_ingest, folder_sync_documents
+from kb.sources.git import redact
+from kb.sources.services import source_remove
 
 # What the document list names beside the index version, as (label, current state): search adds
 # its reranker and late interaction (search/admin.py), since kb may not import search.
@@ -258,3 +261,57 @@ class ChunkAdmin(StaffRuleMixin, admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(Source)
+class SourceAdmin(StaffRuleMixin, admin.ModelAdmin):
+    """Where documents come from and how their last run went; "Sync now" queues a run. Adding and changing a
+    source go through `manage.py source` or /api/sources, which check the location (kb.sources.services)."""
+
+    list_display = ("name", "kind", "shown_location", "folder", "every", "last_run", "last_finished_at",
+                    "last_success_at")
+    list_select_related = ("folder",)
+    list_filter = ("kind", "last_status")
+    search_fields = ("name",)
+    fields = ("name", "kind", "shown_location", "branch", "path", "folder", "include", "exclude", "every",
+              "shrink_guard", "last_run", "last_reason", "last_started_at", "last_finished_at", "last_success_at")
+    readonly_fields = fields
+    actions = ["sync_now"]
+
+    def readable_rows(self, user: Any, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(folder__in=folders_readable(user))
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Removing a source removes its documents (as `manage.py source remove` does): that needs both.
+        return super().has_delete_permission(request, obj) and staff_may(request.user, "kb.delete_document")
+
+    @admin.display(description="Location")
+    def shown_location(self, obj: Source) -> str:
+        return redact(obj.location)
+
+    @admin.display(description="Last run", ordering="last_status")
+    def last_run(self, obj: Source) -> str:
+        if not obj.last_status:
+            return "never run"
+        counts = (f"listed {obj.last_listed} · unchanged {obj.last_unchanged} · changed {obj.last_changed} · "
+                  f"new {obj.last_new} · deleted {obj.last_deleted} · renamed {obj.last_renamed} · "
+                  f"failed {obj.last_failed} · chunks embedded {obj.last_chunks_embedded}")
+        return format_html('<span class="kb-badge kb-{}">{}</span> <small>{}</small><div class="kb-reason">{}</div>',
+                           obj.last_status, obj.get_last_status_display(), counts, obj.last_reason)
+
+    @admin.action(description="Sync now", permissions=["change"])
+    def sync_now(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
+        from kb.tasks import sync_source
+
+        queued = [source.name for source in queryset if queues.send(sync_source, source.pk, False)]
+        self.message_user(request, f"Queued a run of {len(queued)} source(s): {', '.join(queued) or 'none'}")
+
+    def delete_model(self, request: HttpRequest, obj: Source) -> None:
+        source_remove(source=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
+        for source in queryset:
+            source_remove(source=source)

@@ -233,3 +233,28 @@ def test_sync_now_queues_a_run_that_a_real_worker_carries_out(people: dict[str, 
     assert run["status"] == "ok" and run["new"] == 1 and run["listed"] == 1, run
     assert Document.objects.get(source_id=pk).status == Document.Status.READY
     assert manager.post(f"/api/sources/{shelf['secret'].pk}/sync").status_code == 404
+
+
+def test_the_source_admin_shows_runs_and_queues_sync_now_for_readable_sources(shelf: dict[str, Any]) -> None:
+    """The admin lists each source's last run; "Sync now" puts a run on the ingest queue (the real broker);
+    staff see only the sources whose folder they may read, and removing one needs delete_document too."""
+    import redis
+    from django.conf import settings
+
+    from kb import queues
+
+    source_sync(shelf["public"])
+    manager = as_user(shelf["manager"])
+    page = manager.get("/admin/kb/source/").content.decode()
+    assert "share" in page and "listed 1" in page and "new 1" in page
+    assert "ledger" not in page  # its folder is finance-only
+    assert manager.get(f"/admin/kb/source/{shelf['secret'].pk}/change/").status_code in (302, 403, 404)
+
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    before = broker.llen(queues.INGEST)
+    done = manager.post("/admin/kb/source/", {"action": "sync_now", "_selected_action": [shelf["public"].pk]})
+    assert done.status_code == 302 and broker.llen(queues.INGEST) == before + 1
+    broker.delete(queues.INGEST)  # nobody consumes it here
+
+    assert manager.post(f"/admin/kb/source/{shelf['public'].pk}/delete/", {"post": "yes"}).status_code == 403
+    assert Source.objects.filter(pk=shelf["public"].pk).exists() and Document.objects.filter(source=shelf["public"]).exists()
