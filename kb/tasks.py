@@ -44,7 +44,7 @@ when_job_lost(ingest_document, _ingest_job_lost)
 SYNC_TIME_LIMIT = 6 * 3600
 
 
-@shared_task(name="kb.sync_source", queue=queues.INGEST, soft_time_limit=SYNC_TIME_LIMIT,
+@shared_task(name="kb.sync_source", soft_time_limit=SYNC_TIME_LIMIT,  # on the ingest queue, the default
              time_limit=SYNC_TIME_LIMIT + 300)
 def sync_source(source_id: int, confirm: bool = False) -> dict[str, Any]:
     from dataclasses import asdict
