@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import os
-from functools import partial
 from pathlib import Path
 
 from kb.models import Source
 from kb.sources.listing import Entry, ListingError, sub_path
-
-
-def _read(path: Path) -> bytes:
-    return path.read_bytes()
 
 
 def list_entries(source: Source) -> list[Entry]:
@@ -37,7 +32,7 @@ def list_entries(source: Source) -> list[Entry]:
             if path.is_symlink() or not path.is_file():
                 continue
             entries.append(Entry(path=path.relative_to(root).as_posix(), size=stat.st_size,
-                                 etag=f"{stat.st_size}-{stat.st_mtime_ns}", read=partial(_read, path)))
+                                 etag=f"{stat.st_size}-{stat.st_mtime_ns}", read=path.read_bytes))
     if errors:
         # A directory that cannot be read would look like deleted files: the whole listing fails instead.
         raise ListingError(f"{start}: {len(errors)} entries could not be read, first: {errors[0]}")
