@@ -388,6 +388,11 @@ KB_EXTRACT_CPU_SECONDS = env_int("KB_EXTRACT_CPU_SECONDS", 60, minimum=1)
 KB_EXTRACT_MEMORY_MB = env_int("KB_EXTRACT_MEMORY_MB", 3072, minimum=64)  # address space; OCR needs ~2 GB of it
 KB_HEALTH_CELERY_TIMEOUT = env_float("KB_HEALTH_CELERY_TIMEOUT", 2.0)
 KB_HEALTH_CELERY_CACHE_SECONDS = env_float("KB_HEALTH_CELERY_CACHE_SECONDS", 5.0)  # one worker ping per period
+# Site sources (kb.sources.site): requests of one run at most (a bigger site fails the run rather than
+# being listed in part), seconds between two requests (robots.txt's Crawl-delay when longer), per request.
+KB_SOURCE_SITE_MAX_PAGES = env_int("KB_SOURCE_SITE_MAX_PAGES", 2000, minimum=1)
+KB_SOURCE_SITE_DELAY = env_float("KB_SOURCE_SITE_DELAY", 0.2)
+KB_SOURCE_SITE_TIMEOUT = env_float("KB_SOURCE_SITE_TIMEOUT", 30.0)
 
 LOGGING = {
     "version": 1,
