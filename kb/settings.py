@@ -388,6 +388,10 @@ KB_EXTRACT_CPU_SECONDS = env_int("KB_EXTRACT_CPU_SECONDS", 60, minimum=1)
 KB_EXTRACT_MEMORY_MB = env_int("KB_EXTRACT_MEMORY_MB", 3072, minimum=64)  # address space; OCR needs ~2 GB of it
 KB_HEALTH_CELERY_TIMEOUT = env_float("KB_HEALTH_CELERY_TIMEOUT", 2.0)
 KB_HEALTH_CELERY_CACHE_SECONDS = env_float("KB_HEALTH_CELERY_CACHE_SECONDS", 5.0)  # one worker ping per period
+# Prometheus /metrics (kb.metrics; docs/OPERATIONS.md): off (404) unless a bearer token or client networks are
+# set; with both, a scrape needs both. Networks are matched against the client address as KB_TRUSTED_PROXIES reads it.
+KB_METRICS_TOKEN = env_secret("KB_METRICS_TOKEN")
+KB_METRICS_NETWORKS = proxy_networks(env_list("KB_METRICS_NETWORKS", []), name="KB_METRICS_NETWORKS")
 # Site sources (kb.sources.site): requests of one run at most (a bigger site fails the run rather than
 # being listed in part), seconds between two requests (robots.txt's Crawl-delay when longer), per request.
 KB_SOURCE_SITE_MAX_PAGES = env_int("KB_SOURCE_SITE_MAX_PAGES", 2000, minimum=1)
