@@ -32,7 +32,8 @@ def list_entries(source: Source) -> list[Entry]:
             if path.is_symlink() or not path.is_file():
                 continue
             entries.append(Entry(path=path.relative_to(root).as_posix(), size=stat.st_size,
-                                 etag=f"{stat.st_size}-{stat.st_mtime_ns}", read=path.read_bytes))
+                                 etag=f"{stat.st_size}-{stat.st_mtime_ns}", read=path.read_bytes,
+                                 modified=stat.st_mtime))
     if errors:
         # A directory that cannot be read would look like deleted files: the whole listing fails instead.
         raise ListingError(f"{start}: {len(errors)} entries could not be read, first: {errors[0]}")

@@ -26,6 +26,9 @@ class Entry:
     size: int
     etag: str
     read: Callable[[], bytes]
+    # When it last changed at the source, as a POSIX time, where the kind knows it (a file's mtime, the
+    # commit time of a Git branch's tip, an HTTP Last-Modified): the start of its index lag.
+    modified: float | None = None
     _sha256: str = field(default="", repr=False)
 
     def sha256(self) -> str:
