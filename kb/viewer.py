@@ -29,6 +29,7 @@ from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from kb.ingest import extract, headings
+from kb.ingest.formats.text import FRONT_MATTER
 from kb.inline import Span, inline_spans
 from kb.models import Document
 
@@ -150,7 +151,7 @@ class _Renderer:
     def blocks(self, start: int, end: int) -> None:
         text, out = self.text, self.out
         cursor = start
-        front = extract.FRONT_MATTER.match(text) if self.structured and start == 0 else None
+        front = FRONT_MATTER.match(text) if self.structured and start == 0 else None
         if front and front.end() <= end:  # YAML metadata: kept (offsets), shown as such
             body_end = front.end() - 1 if text[front.end() - 1 : front.end()] == "\n" else front.end()
             out.tag(_lit('<div class="doc-code doc-front">'))

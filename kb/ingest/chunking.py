@@ -16,8 +16,9 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from kb.ingest.extract import FRONT_MATTER, Extracted, Heading
+from kb.ingest.extract import Extracted, Heading
 from kb.ingest.formats.pages import CONTINUES
+from kb.ingest.formats.text import FRONT_MATTER
 from kb.ingest.tokens import WINDOW, PieceIndex, count_tokens
 
 PIPELINE_VERSION: int = 2  # 2: a chunk may cross a PDF page break where the text runs on

@@ -70,6 +70,30 @@ def test_database_url_points_the_app_at_a_second_postgres_server(tmp_path: Path,
     assert embedded._pg_running(tmp_path / "pg") is None
 
 
+def test_importing_the_settings_starts_nothing(tmp_path: Path) -> None:
+    """Django set up on the embedded default (no URLs) reads where the servers would be; only an entry point
+    (manage.py here) starts them, and the last user leaving stops them."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "KB_SETTINGS_ONLY"}}
+    env.update(KB_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="kb.settings")
+    setup = "import django; django.setup(); from django.conf import settings; print(settings.REDIS_URL)"
+    result = subprocess.run([sys.executable, "-c", setup], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "redis://127.0.0.1:6379"  # never started here: the usual port
+    assert not (tmp_path / "pg").exists() and not (tmp_path / "redis").exists()
+
+    printed = "from django.conf import settings; print(settings.REDIS_URL, settings.DATABASES['default']['PORT'])"
+    result = manage("shell", "-c", printed, env=env)
+    assert result.returncode == 0, result.stderr
+    redis_url, pg_port = result.stdout.split()
+    assert redis_url == f"redis://127.0.0.1:{(tmp_path / 'redis' / 'port').read_text()}"
+    assert int(pg_port) == int((tmp_path / "pg.port").read_text())
+    assert embedded._pg_running(tmp_path / "pg") is None and embedded._redis_running(tmp_path / "redis") is None
+
+
 def test_the_embedded_page_cache_is_a_quarter_of_memory_within_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 

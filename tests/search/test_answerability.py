@@ -136,9 +136,6 @@ def test_calibrate_writes_a_model_and_a_cross_validated_frontier_deterministical
 
     bad = manage("calibrate", str(tiny), "--features", "nearest,colour", env=service_env())
     assert bad.returncode != 0 and "--features: unknown ['colour']" in bad.stderr
-    unmeasured = manage("calibrate", str(tiny), "--features", "nearest,relevance",
-                        env={**service_env(), "KB_RELEVANCE_WEIGHTS": ""})
-    assert unmeasured.returncode != 0 and "set KB_RELEVANCE_WEIGHTS" in unmeasured.stderr
 
 
 def test_a_broken_answerability_file_stops_start_up_with_the_reason(tmp_path: Path) -> None:

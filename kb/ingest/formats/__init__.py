@@ -1,10 +1,11 @@
-"""One module per file format beyond the built-in Markdown, text, HTML, PDF and DOCX readers.
+"""One module per file format; each registers its reader with `kb.ingest.canonical.reads` on import.
 
-Each reduces its format to the shared canonical text + heading tree of kb.ingest.extract
+Each reduces its format to the shared canonical text + heading tree of kb.ingest.canonical
 (blocks joined by blank lines, headings as `#` lines), so chunking, citations and the
 viewer treat every format alike. Parser libraries are imported inside the functions.
+A new format is one module here and its name below.
 """
 
-from kb.ingest.formats import epub, mail, ocr, odt, rst, rtf, sheets, slides
+from kb.ingest.formats import docx, epub, html, mail, ocr, odt, pdf, rst, rtf, sheets, slides, text
 
-__all__ = ["epub", "mail", "ocr", "odt", "rst", "rtf", "sheets", "slides"]
+__all__ = ["docx", "epub", "html", "mail", "ocr", "odt", "pdf", "rst", "rtf", "sheets", "slides", "text"]

@@ -10,13 +10,13 @@ import io
 import warnings as py_warnings
 from typing import Any
 
-from kb.ingest.extract import HTML, Extracted, ExtractionError, Heading, reading
-from kb.ingest.extract import extract as extract_any
+from kb.ingest.canonical import EPUB, HTML, Extracted, ExtractionError, Heading, ReadOptions, display_name, read_as, reading, reads
 
 _SEPARATOR = "\n\n"
 
 
-def extract(data: bytes, name: str) -> Extracted:
+@reads(EPUB)
+def extract(data: bytes, name: str, options: ReadOptions) -> Extracted:
     from ebooklib import epub
 
     with reading(name, "EPUB"):
@@ -29,7 +29,7 @@ def extract(data: bytes, name: str) -> Extracted:
             item = book.get_item_with_id(idref)
             if item is None:
                 continue
-            chapter = extract_any(data=item.get_content(), mime=HTML, filename=item.get_name())
+            chapter = read_as(HTML, item.get_content(), display_name(item.get_name()))
             if chapter.text.strip():
                 chapters.append((toc.get(item.get_name()), chapter))
         titles = book.get_metadata("DC", "title")

@@ -12,13 +12,13 @@ import email.policy
 from collections.abc import Iterator
 from email.message import EmailMessage, MIMEPart
 
-from kb.ingest.extract import HTML, Block, Extracted, ExtractionError, from_blocks, heading_block
-from kb.ingest.extract import extract as extract_any
+from kb.ingest.canonical import EML, HTML, Block, Extracted, ExtractionError, ReadOptions, from_blocks, heading_block, read_as, reads
 
 _HEADERS = ("From", "To", "Cc", "Date", "Subject")
 
 
-def extract(data: bytes, name: str) -> Extracted:
+@reads(EML)
+def extract(data: bytes, name: str, options: ReadOptions) -> Extracted:
     message = email.message_from_bytes(data, _class=EmailMessage, policy=email.policy.default)
     if not any(message.get(h) for h in ("From", "To", "Subject", "Date", "Message-ID")):
         raise ExtractionError(f"{name}: cannot read e-mail: it has no From, To, Subject or Date header")
@@ -34,7 +34,7 @@ def extract(data: bytes, name: str) -> Extracted:
             continue
         text = _content(body, warnings)
         if body.get_content_subtype() == "html":
-            text = extract_any(data=text.encode("utf-8"), mime=HTML, filename=name).text
+            text = read_as(HTML, text.encode("utf-8"), name).text
         text = text.replace("\r\n", "\n").replace("\r", "\n").strip()
         if text:
             blocks.append(Block(text=text))

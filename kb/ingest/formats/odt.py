@@ -7,13 +7,14 @@ import zipfile
 from collections.abc import Iterator
 from typing import Any
 
-from kb.ingest.extract import Block, Extracted, ExtractionError, from_blocks, heading_block, reading
+from kb.ingest.canonical import ODT, Block, Extracted, ExtractionError, ReadOptions, from_blocks, heading_block, reading, reads
 
 _TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
 _TABLE = "urn:oasis:names:tc:opendocument:xmlns:table:1.0"
 
 
-def extract(data: bytes, name: str) -> Extracted:
+@reads(ODT)
+def extract(data: bytes, name: str, options: ReadOptions) -> Extracted:
     from odf.opendocument import load
 
     with reading(name, "OpenDocument text"):

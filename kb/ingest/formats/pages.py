@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from kb.ingest.extract import Page
+from kb.ingest.canonical import Page
 
 CONTINUES = "\n"  # page break inside a paragraph
 PARAGRAPH = "\n\n"  # page break between paragraphs

@@ -14,7 +14,7 @@ import textwrap
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from kb.ingest.extract import Block, Extracted, ExtractionError, from_blocks, heading_block, reading
+from kb.ingest.canonical import RST, Block, Extracted, ExtractionError, ReadOptions, decode, from_blocks, heading_block, reading, reads
 
 if TYPE_CHECKING:
     from docutils import nodes
@@ -40,7 +40,12 @@ _NAVIGATION = {"toctree", "autosummary", "index"}  # lists of other pages, not c
 _OPTION = re.compile(r"^\s*:[\w -]+:")
 
 
-def extract(text: str, name: str) -> Extracted:
+@reads(RST)
+def extract(data: bytes, name: str, options: ReadOptions) -> Extracted:
+    return _extract(decode(data, name), name)
+
+
+def _extract(text: str, name: str) -> Extracted:
     from docutils.core import publish_doctree
 
     if not text.strip():

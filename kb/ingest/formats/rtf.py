@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from kb.ingest.extract import PLAIN, Extracted, ExtractionError, reading
-from kb.ingest.extract import extract as extract_any
+from kb.ingest.canonical import PLAIN, RTF, Extracted, ExtractionError, ReadOptions, read_as, reading, reads
 
 
-def extract(data: bytes, name: str) -> Extracted:
+@reads(RTF)
+def extract(data: bytes, name: str, options: ReadOptions) -> Extracted:
     from striprtf.striprtf import rtf_to_text
 
     # RTF is 7-bit: other characters come as \'hh escapes in the document's code page.
@@ -20,5 +20,4 @@ def extract(data: bytes, name: str) -> Extracted:
         raise ExtractionError(f"{name}: cannot read RTF: the file is truncated or damaged (unbalanced braces)")
     with reading(name, "RTF"):
         text: str = rtf_to_text(source, errors="replace")  # type: ignore[no-untyped-call]  # striprtf has no annotations
-    extracted = extract_any(data=text.encode("utf-8"), mime=PLAIN, filename=name)
-    return extracted
+    return read_as(PLAIN, text.encode("utf-8"), name)

@@ -14,7 +14,19 @@ import io
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
-from kb.ingest.extract import Block, Extracted, ExtractionError, from_blocks, heading_block, reading
+from kb.ingest.canonical import (
+    CSV,
+    XLSX,
+    Block,
+    Extracted,
+    ExtractionError,
+    ReadOptions,
+    decode,
+    from_blocks,
+    heading_block,
+    reading,
+    reads,
+)
 
 MAX_ROWS = 5000  # per sheet
 SCAN_EMPTY_ROWS = 10_000  # beyond MAX_ROWS, how far to look for data that would be left out
@@ -26,7 +38,8 @@ BLOCK_CHARS = 700  # ...or sooner, so that a block usually fits one chunk
 Row = tuple[int, list[str]]  # 1-based row number in the sheet, cell texts
 
 
-def extract_xlsx(data: bytes, name: str) -> Extracted:
+@reads(XLSX)
+def extract_xlsx(data: bytes, name: str, options: ReadOptions) -> Extracted:
     import openpyxl
 
     blocks: list[Block] = []
@@ -46,7 +59,12 @@ def extract_xlsx(data: bytes, name: str) -> Extracted:
     return replace(from_blocks(blocks, title=title, warnings=warnings), title=title or None)
 
 
-def extract_csv(text: str, name: str) -> Extracted:
+@reads(CSV)
+def extract_csv(data: bytes, name: str, options: ReadOptions) -> Extracted:
+    return _extract_csv(decode(data, name), name)
+
+
+def _extract_csv(text: str, name: str) -> Extracted:
     warnings: list[str] = []
     try:
         dialect: type[csv.Dialect] | csv.Dialect = csv.Sniffer().sniff(text[:8192], delimiters=",;\t|")

@@ -10,7 +10,7 @@ import io
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from kb.ingest.extract import Block, Extracted, ExtractionError, from_blocks, heading_block, reading
+from kb.ingest.canonical import PPTX, Block, Extracted, ExtractionError, ReadOptions, from_blocks, heading_block, reading, reads
 
 if TYPE_CHECKING:
     from pptx.shapes.base import BaseShape
@@ -19,7 +19,8 @@ NOTES_PREFIX = "Speaker notes: "
 _PLACEHOLDER_TITLES = {"", "presentation", "powerpoint presentation", "slide 1"}  # templates' defaults
 
 
-def extract(data: bytes, name: str) -> Extracted:
+@reads(PPTX)
+def extract(data: bytes, name: str, options: ReadOptions) -> Extracted:
     import pptx
 
     blocks: list[Block] = []
