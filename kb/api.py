@@ -14,6 +14,8 @@ from accounts.api import api_auth
 from chat import services as chat_services
 from kb import outage
 from kb.api_contract import ANY
+from kb.forms import UploadFormError
+from kb.services import DocumentStateConflict
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,18 @@ def _queue_unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
 @api.exception_handler(chat_services.ChatError)
 def _rejected(request: HttpRequest, exc: Exception) -> HttpResponse:
     return api.create_response(request, {"detail": str(exc)}, status=422)
+
+
+@api.exception_handler(UploadFormError)
+def _bad_form(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """A folder, group or person the request names that does not exist, or an access choice that does not add up."""
+    return api.create_response(request, {"detail": str(exc)}, status=400)
+
+
+@api.exception_handler(DocumentStateConflict)
+def _conflict(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """The document or folder is not in a state that allows this (not failed, not empty, name taken)."""
+    return api.create_response(request, {"detail": str(exc)}, status=409)
 
 
 @api.exception_handler(OperationalError)

@@ -26,7 +26,7 @@ from accounts.acl import is_active_user, principals_admit, staff_may
 from accounts.api import api_auth
 from accounts.models import Scope
 from kb.api_contract import ANY, BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, StrictIn
-from kb.forms import UploadFormError, readers_of, upload_store, upload_target_of
+from kb.forms import readers_of, upload_store, upload_target_of
 from kb.models import Document, Folder
 from kb.selectors import (
     document_get,
@@ -41,7 +41,6 @@ from kb.selectors import (
     user_can_manage_documents,
 )
 from kb.services import (
-    DocumentStateConflict,
     UploadRejected,
     document_delete,
     document_reindex,
@@ -296,13 +295,6 @@ def _refuse_unknown_fields(request: HttpRequest) -> None:
                              f"the upload takes {', '.join(sorted(known))}")
 
 
-def _readers(group_ids: list[int], user_ids: list[int]) -> tuple[list[Any], list[Any]]:
-    try:
-        return readers_of(group_ids=group_ids, user_ids=user_ids)
-    except UploadFormError as exc:
-        raise HttpError(400, str(exc)) from None
-
-
 # --------------------------------------------------------------------------- documents
 
 
@@ -347,10 +339,7 @@ def document_upload_many(
     if form.folder and not any(row["id"] == int(form.folder) for row in library_folders(user=request.user)):
         # A folder they would not see listed is refused as a missing one (kb.forms.upload_target_of).
         raise HttpError(400, f"Folder {form.folder} does not exist (any more); reload the folder list.")
-    try:
-        target = upload_target_of(folder_id=form.folder, access=form.access, group_ids=form.groups, user_ids=form.users)
-    except UploadFormError as exc:
-        raise HttpError(400, str(exc)) from None
+    target = upload_target_of(folder_id=form.folder, access=form.access, group_ids=form.groups, user_ids=form.users)
     if target.folder is not None:
         _allow(request, "kb.add_document", target.folder)
     items = []
@@ -383,10 +372,7 @@ def document_detail(request: HttpRequest, pk: int) -> dict[str, Any]:
 
 def _requeue(request: HttpRequest, pk: int, service: Callable[..., None]) -> Status[dict[str, Any]]:
     document = _document_to_change(request, pk, "kb.change_document")
-    try:
-        service(document=document)
-    except DocumentStateConflict as exc:
-        raise HttpError(409, str(exc)) from None
+    service(document=document)
     return Status(202, _fresh(document, request.user))
 
 
@@ -412,7 +398,7 @@ def document_reindex_one(request: HttpRequest, pk: int) -> Status[dict[str, Any]
 def document_access(request: HttpRequest, pk: int, payload: AccessIn) -> dict[str, Any]:
     """Takes effect in search at once: the document's chunks carry the new readers in the same transaction."""
     document = _document_to_change(request, pk, "kb.change_document")
-    groups, users = _readers(payload.groups, payload.users)
+    groups, users = readers_of(group_ids=payload.groups, user_ids=payload.users)
     if payload.inherit and document.folder_id is None:
         raise HttpError(400, "The document is in no folder, so it has no folder access to inherit.")
     if not (payload.inherit or payload.public or groups or users):
@@ -460,11 +446,8 @@ def folder_index(request: HttpRequest) -> list[dict[str, Any]]:
 def folder_add(request: HttpRequest, payload: FolderIn) -> Status[dict[str, Any]]:
     """A new folder; private unless `public`. 409 when the name is taken."""
     _allow(request, "kb.add_folder")
-    groups, users = _readers(payload.groups, payload.users)
-    try:
-        folder = folder_create(name=payload.name, public=payload.public, groups=groups, users=users)
-    except DocumentStateConflict as exc:
-        raise HttpError(409, str(exc)) from None
+    groups, users = readers_of(group_ids=payload.groups, user_ids=payload.users)
+    folder = folder_create(name=payload.name, public=payload.public, groups=groups, users=users)
     return Status(201, _folder_out(folder_row(user=request.user, folder=folder), user=request.user, shown=True))
 
 
@@ -481,7 +464,7 @@ def folder_access(request: HttpRequest, pk: int, payload: FolderAccessIn) -> dic
     """Every document that inherits the folder's access follows, in the same transaction. Needs
     `kb.change_folder` and read access to the folder (403 otherwise)."""
     folder = _folder_to_change(request, pk, "kb.change_folder")
-    groups, users = _readers(payload.groups, payload.users)
+    groups, users = readers_of(group_ids=payload.groups, user_ids=payload.users)
     folder_set_access(folder=folder, public=payload.public, groups=groups, users=users)
     return _folder_out(folder_row(user=request.user, folder=folder), user=request.user, shown=True)
 
@@ -489,8 +472,5 @@ def folder_access(request: HttpRequest, pk: int, payload: FolderAccessIn) -> dic
 @folders.delete("/{pk}", response={204: None, 409: ErrorOut, **PARAMS, **NOT_FOUND}, auth=WRITE, summary="Delete an empty folder")
 def folder_remove(request: HttpRequest, pk: int) -> Status[None]:
     """Refused (409) while the folder holds documents: they would lose the access they inherit."""
-    try:
-        folder_delete(folder=_folder_to_change(request, pk, "kb.delete_folder"))
-    except DocumentStateConflict as exc:
-        raise HttpError(409, str(exc)) from None
+    folder_delete(folder=_folder_to_change(request, pk, "kb.delete_folder"))
     return Status(204, None)
