@@ -37,7 +37,7 @@ test: install chromium
 	KB_VAR_DIR=$${KB_VAR_DIR:-$(CURDIR)/var/test} $(PY) -m pytest $(PYTEST_ARGS)
 
 # Style and bugs (ruff), types (mypy with the Django plugin), import directions (lint-imports).
-# KB_SETTINGS_ONLY: the Django plugin loads kb.settings without starting the embedded servers.
+# KB_SETTINGS_ONLY: the Django plugin loads kb.settings with placeholder URLs and no secret file.
 lint: install
 	$(VENV)/bin/ruff check .
 	KB_SETTINGS_ONLY=1 $(VENV)/bin/mypy

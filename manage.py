@@ -9,7 +9,10 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
     from django.core.management import execute_from_command_line
 
+    from kb.runtime.embedded import ensure_services
+
     try:
+        ensure_services()  # before the settings, which only read where the servers are
         execute_from_command_line(sys.argv)
     except Exception as exc:
         from kb.runtime.preflight import explain

@@ -59,6 +59,9 @@ def _setup() -> None:
     os.environ["KB_ASKS_PER_MINUTE"] = "0"  # one reader asks every question: no per-user budget
     import django
 
+    from kb.runtime.embedded import ensure_services
+
+    ensure_services()  # an entry point, like manage.py: the settings only read where the servers are
     django.setup()
 
 

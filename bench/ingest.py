@@ -55,6 +55,9 @@ def pdf_corpus(target: Path) -> Path:
 def outer(corpus: Path, runs: int) -> int:
     import django
 
+    from kb.runtime.embedded import ensure_services
+
+    ensure_services()  # an entry point, like manage.py: the settings only read where the servers are
     django.setup()
     from django.conf import settings
     from django.db import connection
@@ -77,6 +80,9 @@ def load_average() -> str:
 def inner(corpus: Path, runs: int) -> None:
     import django
 
+    from kb.runtime.embedded import ensure_services
+
+    ensure_services()  # an entry point, like manage.py: the settings only read where the servers are
     django.setup()
     from django.conf import settings
     from django.core.management import call_command

@@ -446,6 +446,9 @@ def main() -> None:
     os.environ["KB_ASKS_PER_MINUTE"] = str(args.asks_per_minute)
     import django
 
+    from kb.runtime.embedded import ensure_services
+
+    ensure_services()  # an entry point, like manage.py: the settings only read where the servers are
     django.setup()
     if args.inner:
         args.inner.write_text(json.dumps(run_load(args)))

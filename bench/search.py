@@ -41,6 +41,9 @@ GROUPS = 10
 def outer(argv: list[str]) -> int:
     import django
 
+    from kb.runtime.embedded import ensure_services
+
+    ensure_services()  # an entry point, like manage.py: the settings only read where the servers are
     django.setup()
     from django.conf import settings
     from django.db import connection
@@ -157,6 +160,9 @@ def retrieval_times(user: Any, questions: list[str]) -> list[float]:
 def inner(args: argparse.Namespace) -> None:
     import django
 
+    from kb.runtime.embedded import ensure_services
+
+    ensure_services()  # an entry point, like manage.py: the settings only read where the servers are
     django.setup()
     import json
 
@@ -317,6 +323,9 @@ if __name__ == "__main__":
     if os.environ.get("KB_BENCH_INNER"):
         import django
 
+        from kb.runtime.embedded import ensure_services
+
+        ensure_services()  # an entry point, like manage.py: the settings only read where the servers are
         django.setup()
         from django.conf import settings
 

@@ -36,6 +36,9 @@ def encoder_loop() -> None:
     """The ingest worker's work: encode batches of chunk-sized texts until killed."""
     import django
 
+    from kb.runtime.embedded import ensure_services
+
+    ensure_services()  # an entry point, like manage.py: the settings only read where the servers are
     django.setup()
     from kb.ingest import embedding
 
@@ -47,6 +50,9 @@ def encoder_loop() -> None:
 def query_times(count: int) -> None:
     import django
 
+    from kb.runtime.embedded import ensure_services
+
+    ensure_services()  # an entry point, like manage.py: the settings only read where the servers are
     django.setup()
     import torch
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,18 @@ from celery.signals import task_failure, task_postrun, task_prerun
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
 
 app = Celery("kb")
+
+
+@app.on_configure.connect
+def _embedded_services(**_: Any) -> None:
+    """`celery -A kb worker` (or beat) is an entry point: it starts or reuses the embedded servers, as manage.py
+    does, before its configuration reads the settings. Other processes reach here having done so or not needing to."""
+    if "celery.bin.celery" in sys.modules:  # run as the celery command
+        from kb.runtime.embedded import ensure_services
+
+        ensure_services()
+
+
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 # `celery beat` (one per deployment, started by kb.runtime.launcher) sends these; the work runs on a worker.

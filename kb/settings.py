@@ -1,8 +1,9 @@
 """All configuration comes from the environment; see README "Configuration" for every variable.
 
-Without DATABASE_URL / REDIS_URL the embedded PostgreSQL and Redis under ./var are
-started or reused (kb.runtime.embedded), so every entry point (manage.py, Daphne, Celery,
-pytest) works on a bare machine.
+Without DATABASE_URL / REDIS_URL the embedded PostgreSQL and Redis under ./var are used
+(kb.runtime.embedded): every entry point (make run, manage.py, Daphne, Celery, the test
+session) starts or reuses them before it reads these settings, so it works on a bare machine,
+while importing the settings only reads where the servers listen and starts nothing.
 """
 
 from __future__ import annotations
@@ -36,12 +37,14 @@ DEBUG = env_bool("DEBUG", False)
 EMBEDDED_SERVICES = not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
 if (partial := embedded.partial_configuration()) and not DEBUG:
     raise ImproperlyConfigured(partial)
-# Static tools (mypy's Django plugin under `make lint`) load these settings without starting any server.
+# Static tools (mypy's Django plugin under `make lint`) load these settings with placeholder URLs and no secret file.
 SETTINGS_ONLY = env_bool("KB_SETTINGS_ONLY", False)
 if SETTINGS_ONLY:
     DATABASE_URL, REDIS_URL = "postgresql://localhost/kb", "redis://localhost:6379/0"
 else:
-    DATABASE_URL, REDIS_URL = embedded.ensure_services()
+    _embedded_database, _embedded_redis = embedded.service_urls()
+    DATABASE_URL = os.environ.get("DATABASE_URL") or _embedded_database
+    REDIS_URL = os.environ.get("REDIS_URL") or _embedded_redis
 
 SECRET_KEY = env_secret("SECRET_KEY")
 if not SECRET_KEY:

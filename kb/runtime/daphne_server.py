@@ -21,6 +21,7 @@ from daphne.http_protocol import HTTPFactory, WebRequest  # type: ignore[import-
 from daphne.server import Server  # type: ignore[import-untyped]
 
 from kb.edge import body_limit, too_large_body
+from kb.runtime.embedded import ensure_services
 
 log = logging.getLogger("kb.runtime.daphne_server")  # also when run as __main__
 
@@ -112,6 +113,7 @@ class BoundedCommandLine(CommandLineInterface):  # type: ignore[misc]
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
+    ensure_services()  # before kb.asgi reads the settings, which only read where the servers are
     BoundedCommandLine.entrypoint()
 
 

@@ -1,11 +1,13 @@
 """Embedded PostgreSQL (pgvector, pg_trgm) and Redis for a machine that has only Python.
 
 Used when DATABASE_URL / REDIS_URL are unset. Data lives under ``KB_VAR_DIR``
-(default ``./var``). A server that is already running there is reused, whoever
-started it; the process that *started* a server stops it when it exits, so a
-lone ``manage.py migrate`` leaves nothing running while commands run beside
-``make run`` share its servers. Both listen on 127.0.0.1 only, on a free port
-recorded in their own pid files.
+(default ``./var``). The entry points start them (``make run``, manage.py, the
+Daphne entry, a Celery command, the test session: ensure_services); the settings
+only read where they listen (service_urls), so importing them starts nothing. A
+server that is already running is reused, whoever started it; the last process
+using a server stops it when it exits, so a lone ``manage.py migrate`` leaves
+nothing running while commands run beside ``make run`` share its servers. Both
+listen on 127.0.0.1 only, on a free port recorded in their own files.
 """
 
 from __future__ import annotations
@@ -68,11 +70,17 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _recorded_port(port_file: Path) -> int | None:
+    try:
+        return int(port_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def _previous_port(port_file: Path) -> int | None:
     """The port of the last run, if still free: clients that outlive a restart find the server again."""
-    try:
-        port = int(port_file.read_text().strip())
-    except (OSError, ValueError):
+    port = _recorded_port(port_file)
+    if port is None:
         return None
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind: TIME_WAIT is no obstacle
@@ -402,18 +410,33 @@ def partial_configuration() -> str | None:
     )
 
 
-def ensure_services() -> tuple[str, str]:
-    """DATABASE_URL and REDIS_URL, using the embedded servers for whichever is unset."""
+# What ensure_services already uses in this process, by (var dir, server): an entry point and the Celery
+# app's hook may both ask, and the process is one user however often it asks.
+_used: set[tuple[Path, str]] = set()
+
+
+def ensure_services() -> None:
+    """Start or reuse the embedded servers for whichever of DATABASE_URL / REDIS_URL is unset, this process one of
+    their users until it exits. Entry points call it before the settings are read (they only read, service_urls)."""
     root = var_dir()
-    database_url = os.environ.get("DATABASE_URL", "")
-    redis_url = os.environ.get("REDIS_URL", "")
-    if not database_url:
-        database_url = use("postgres", root).url
-        atexit.register(_leave_from, os.getpid(), "postgres", root)
-    if not redis_url:
-        redis_url = use("redis", root).url
-        atexit.register(_leave_from, os.getpid(), "redis", root)
-    return database_url, redis_url
+    for name, variable in (("postgres", "DATABASE_URL"), ("redis", "REDIS_URL")):
+        if os.environ.get(variable) or (root, name) in _used:
+            continue
+        use(name, root)
+        atexit.register(_leave_from, os.getpid(), name, root)
+        _used.add((root, name))
+
+
+def service_urls(root: Path | None = None) -> tuple[str, str]:
+    """The embedded PostgreSQL's and Redis's URLs under `root`, read from their files; nothing is started.
+
+    A server not running is looked for on the port it had last (it starts there again while that port is
+    free), or on the usual port where it never ran: connecting then fails, and says where it looked.
+    """
+    root = root or var_dir()
+    running = _pg_running(root / "pg")
+    pg_port = running[1] if running else _recorded_port(root / "pg.port") or 5432
+    return _pg_url(pg_port), f"redis://127.0.0.1:{_recorded_port(root / 'redis' / 'port') or 6379}"
 
 
 def _leave_from(pid: int, name: str, root: Path) -> None:

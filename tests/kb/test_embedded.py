@@ -88,7 +88,7 @@ def test_importing_the_settings_starts_nothing(tmp_path: Path) -> None:
     printed = "from django.conf import settings; print(settings.REDIS_URL, settings.DATABASES['default']['PORT'])"
     result = manage("shell", "-c", printed, env=env)
     assert result.returncode == 0, result.stderr
-    redis_url, pg_port = result.stdout.split()
+    redis_url, pg_port = result.stdout.split()[-2:]  # after the shell's own line
     assert redis_url == f"redis://127.0.0.1:{(tmp_path / 'redis' / 'port').read_text()}"
     assert int(pg_port) == int((tmp_path / "pg.port").read_text())
     assert embedded._pg_running(tmp_path / "pg") is None and embedded._redis_running(tmp_path / "redis") is None
