@@ -135,9 +135,6 @@ KB_SEARCH_LATE_WEIGHT = env_float("KB_SEARCH_LATE_WEIGHT", 1.0)  # late score's 
 KB_SEARCH_EF_SEARCH = env_int("KB_SEARCH_EF_SEARCH", 400, minimum=1)
 KB_RERANKER_PATH = env_str("KB_RERANKER_PATH", "")  # a local sentence-transformers CrossEncoder directory
 KB_RERANK_FLOOR = env_float("KB_RERANK_FLOOR", -1e9)
-# A relevance model trained by `python -m search.relevance.train` (search/relevance/MODEL_CARD.md): its weights
-# file. Set, retrieval records its "relevance" signal for answerability; empty (the default), it is not run.
-KB_RELEVANCE_WEIGHTS = env_str("KB_RELEVANCE_WEIGHTS", "")
 
 # Answerability: answer or refuse (docs/RETRIEVAL.md "Refusal"). A logistic regression over the signals
 # retrieval computes per query, fitted by `manage.py calibrate` on ../shared/eval. KB_ANSWERABILITY_FILE
@@ -165,9 +162,6 @@ def _answerability() -> dict[str, object]:
     model = data.get("model", data) if isinstance(data, dict) else None
     if not isinstance(model, dict) or "coefficients" not in model:
         raise ImproperlyConfigured(f"KB_ANSWERABILITY_FILE: {path} holds no answerability model (see `manage.py calibrate`)")
-    if "relevance" in model.get("features", ()) and not KB_RELEVANCE_WEIGHTS:
-        raise ImproperlyConfigured(f"KB_ANSWERABILITY_FILE: {path} weighs the relevance signal; set KB_RELEVANCE_WEIGHTS "
-                                   "to the relevance model it was calibrated with")
     return model
 
 

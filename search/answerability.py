@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -21,14 +21,13 @@ from django.conf import settings
 from django.db import connection
 
 # Signals the model may use; a model names the subset it was fitted on.
-SIGNALS = ("nearest", "gap", "late_best", "weakest", "unknown_share", "agreement", "screen", "relevance")
+SIGNALS = ("nearest", "gap", "late_best", "weakest", "unknown_share", "agreement", "screen")
 # What `manage.py calibrate` fits by default: the signals that do not depend on the corpus's size (the gap and
 # the lists' agreement shift with how many passages there are), so a model travels between corpora.
 DEFAULT_FEATURES = ("nearest", "late_best", "weakest", "unknown_share", "screen")
 DEFAULT_L2 = 10.0  # strong shrinkage: a set has ~20 unanswerable questions
 DEPTH = 5  # passages whose word matches count: the ones a reader would be shown
 GAP_RANK = 10  # the gap is measured to this dense neighbour
-RELEVANCE_DEPTH = 2  # passages the relevance model reads per question (~20 ms each on 2 cores)
 
 
 class AnswerabilityError(ValueError):
@@ -46,9 +45,7 @@ class Signals:
     lowest match of any content word piece of the question (a passage that leaves one
     rare word unmatched does not answer it). unknown_share: share of the question's content
     words no indexed passage uses. agreement: share of the dense top 10 that the lexical list
-    also ranks in its top 10. screen: 1 for a where/which-field question. relevance: the best
-    logit the relevance model (search.relevance) gives the top `RELEVANCE_DEPTH` passages read
-    together with the question (0 when it did not run).
+    also ranks in its top 10. screen: 1 for a where/which-field question.
     """
 
     nearest: float
@@ -58,7 +55,6 @@ class Signals:
     unknown_share: float
     agreement: float
     screen: float
-    relevance: float = 0.0
     unknown_words: tuple[str, ...] = ()
 
     def vector(self, names: Sequence[str]) -> np.ndarray:
@@ -71,7 +67,9 @@ class Signals:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Signals:
-        return cls(**{**data, "unknown_words": tuple(data.get("unknown_words", ()))})
+        # Only known signals: files saved while retrieval also recorded a "relevance" signal still read.
+        known = {f.name for f in fields(cls)} - {"unknown_words"}
+        return cls(**{k: v for k, v in data.items() if k in known}, unknown_words=tuple(data.get("unknown_words", ())))
 
 
 @dataclass(frozen=True)

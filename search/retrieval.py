@@ -31,7 +31,6 @@ from kb.ingest import embedding
 from kb.ingest.classify import CONCEPT, SCREEN, classify_query
 from kb.models import Chunk, passage_link
 from search import answerability, late, rerank
-from search.relevance import model as relevance
 from search.stats import CHUNK_TOTAL_SQL, idf_sql
 
 WORD = re.compile(r"[A-Za-z0-9][\w'’.-]*[A-Za-z0-9]|[A-Za-z0-9]")
@@ -71,7 +70,6 @@ class SearchOptions:
     rerank: bool = True
     rerank_floor: float = field(default_factory=lambda: settings.KB_RERANK_FLOOR)
     answerability: bool = True  # False: the distance threshold alone decides (as before calibration)
-    relevance: bool = field(default_factory=lambda: bool(settings.KB_RELEVANCE_WEIGHTS))  # run the relevance model
 
 
 @dataclass(frozen=True)
@@ -396,7 +394,7 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     elif hits:  # the stage is off, but the answerability signals read its scores of the top hits
         scored = _late_signals(query, pieces, hits[: answerability.DEPTH], texts)
     decided_at = time.perf_counter()
-    answerable = _decide(result, query=query, fused=fused, hits=hits, scored=scored, texts=texts, options=options)
+    answerable = _decide(result, query=query, fused=fused, hits=hits, scored=scored, options=options)
     timings["answerability"] = (time.perf_counter() - decided_at) * 1000
     # Once the question is answerable, sources may be a margin farther than the threshold (or the nearest).
     reach = max(options.threshold, result.nearest_distance or 0.0) + options.source_margin
@@ -418,7 +416,7 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
 
 
 def _decide(result: SearchResult, *, query: str, fused: list[Hit], hits: list[Hit], scored: dict[int, tuple[float, float]],
-            texts: dict[int, str], options: SearchOptions) -> bool:
+            options: SearchOptions) -> bool:
     """Answer or refuse: the calibrated answerability model when one is configured, else the distance
     threshold. Records the signals (and the model's probability) on `result` for the reason and evaluation."""
     if not hits or result.nearest_distance is None:
@@ -434,8 +432,6 @@ def _decide(result: SearchResult, *, query: str, fused: list[Hit], hits: list[Hi
         unknown_share=len([w for w in words if w in unknown]) / content if content else 0.0,
         agreement=answerability.agreement([h.ranks for h in fused]),
         screen=1.0 if result.intent == SCREEN else 0.0,
-        relevance=max(relevance.scores(query, [texts[h.chunk_id] for h in top[: answerability.RELEVANCE_DEPTH]]))
-        if options.relevance else 0.0,
         unknown_words=tuple(unknown),
     )
     model = answerability.configured_model() if options.answerability else None

@@ -89,3 +89,11 @@ def test_the_refusal_reason_says_why_and_names_no_passage_and_no_indexed_word() 
     closer = answerability.refusal_reason(replace(signals, nearest=0.4), probability=0.12, cutoff=0.5,
                                           threshold=0.56)
     assert "cosine" not in closer and "ask with the words your documents use" in closer
+
+
+def test_signals_saved_with_the_removed_relevance_signal_still_read() -> None:
+    saved = {"nearest": 0.4, "gap": 0.1, "late_best": 0.6, "weakest": 0.5, "unknown_share": 0.0, "agreement": 0.3,
+             "screen": 0.0, "relevance": 0.77, "unknown_words": ["fifa"]}
+    signals = Signals.from_json(saved)
+    assert signals.nearest == 0.4 and signals.unknown_words == ("fifa",)
+    assert signals.as_json() == {k: v for k, v in saved.items() if k != "relevance"}

@@ -5,7 +5,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from search import answerability
@@ -45,9 +44,6 @@ class Command(BaseCommand):
         unknown = sorted(set(names) - set(answerability.SIGNALS))
         if unknown or not names:
             raise CommandError(f"--features: unknown {unknown}; choose from {', '.join(answerability.SIGNALS)}")
-        if "relevance" in names and not settings.KB_RELEVANCE_WEIGHTS:
-            raise CommandError("--features relevance: set KB_RELEVANCE_WEIGHTS to a relevance model's weights "
-                               "(search/relevance/MODEL_CARD.md), or retrieval records no relevance to fit")
         if not 0 <= target < 1 or l2 < 0:
             raise CommandError("--target must be in [0, 1) and --l2 at least 0")
         if reuse_index and not re.fullmatch(r"[a-z0-9_]{1,30}", reuse_index):
