@@ -58,9 +58,16 @@ class Source(models.Model):
     shrink_guard = models.FloatField(
         default=0.5, help_text="A run that would delete more than this share of the source's documents waits for confirmation"
     )
+    # A token or password for the location (kb.sources.secrets): written by the API, never shown back or
+    # logged; a KB_SOURCE_<NAME>_TOKEN(_FILE) setting takes precedence. Dropped when the location changes.
+    secret = models.CharField(max_length=2000, blank=True, editable=False)
 
-    # The last run, as the admin and `manage.py source list` show it.
+    # The last run, as the admin and `manage.py source list` show it; while it runs, its progress so far.
     last_status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.NEVER, blank=True)
+    last_step = models.CharField(max_length=16, blank=True, help_text="While running: listing, applying or indexing")
+    last_planned = models.PositiveIntegerField(default=0, help_text="Changes the run found: changed, new, deleted, renamed")
+    last_to_index = models.PositiveIntegerField(default=0)
+    last_indexed = models.PositiveIntegerField(default=0)
     last_reason = models.TextField(blank=True)
     last_listed = models.PositiveIntegerField(default=0)
     last_unchanged = models.PositiveIntegerField(default=0)
@@ -73,6 +80,10 @@ class Source(models.Model):
     last_started_at = models.DateTimeField(null=True, blank=True)
     last_finished_at = models.DateTimeField(null=True, blank=True)
     last_success_at = models.DateTimeField(null=True, blank=True)
+    # Index lag: when a run last listed the source (a change seen later happened after it, at the
+    # earliest), and the longest lag (change at the source -> searchable) of the last changes made searchable.
+    last_listed_at = models.DateTimeField(null=True, blank=True)
+    last_lag_seconds = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -80,6 +91,32 @@ class Source(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class SourceChange(models.Model):
+    """A change seen at a source that is not searchable yet (pending), or a file that failed (its reason).
+    A row goes once its change is searchable (indexed, moved or deleted); its `since` is when the change
+    happened at the latest known bound, so `now - since` of the oldest pending row is the source's index lag."""
+
+    class Action(models.TextChoices):
+        NEW = "new"
+        CHANGED = "changed"
+        DELETED = "deleted"
+        RENAMED = "renamed"
+
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="changes")
+    path = models.CharField(max_length=1000)
+    action = models.CharField(max_length=16, choices=Action.choices)
+    since = models.DateTimeField(help_text="When it changed at the source (or the earliest it can have been seen)")
+    first_seen_at = models.DateTimeField()
+    failure_reason = models.TextField(blank=True, help_text="Empty: pending; else why the file failed")
+
+    class Meta:
+        ordering = ["source_id", "since", "path"]
+        constraints = [models.UniqueConstraint(fields=["source", "path"], name="kb_source_change_path")]
+
+    def __str__(self) -> str:
+        return f"{self.source_id}:{self.path}"
 
 
 class Document(models.Model):

@@ -11,7 +11,7 @@ from django.db import transaction
 
 from kb.models import Folder, Source
 from kb.services import document_delete
-from kb.sources import git
+from kb.sources import git, site
 from kb.sources.kinds import KINDS
 from kb.sources.listing import ListingError, sub_path
 from kb.sources.sync import SourceBusy, source_lock
@@ -57,6 +57,8 @@ def _checked(*, name: str, kind: str, location: str, path: str, shrink_guard: fl
         clean_path = sub_path(path)
         if kind == Source.Kind.GIT:
             git.location_check(location)
+        elif kind == Source.Kind.SITE:
+            site.location_check(location)
     except ListingError as exc:
         raise SourceRejected(str(exc)) from None
     if kind == Source.Kind.FOLDER and not location.startswith("/"):
@@ -69,16 +71,16 @@ def _checked(*, name: str, kind: str, location: str, path: str, shrink_guard: fl
 @transaction.atomic
 def source_create(*, name: str, kind: str, location: str, folder_name: str, branch: str = "", path: str = "",
                   include: Sequence[str] = (), exclude: Sequence[str] = (), every: int | None = None,
-                  shrink_guard: float = 0.5) -> Source:
+                  shrink_guard: float = 0.5, secret: str = "") -> Source:
     """A new source filling an existing folder. The folder must exist already: its access, set
-    deliberately, is what the source's documents get."""
+    deliberately, is what the source's documents get. `secret` is its token or password (kb.sources.secrets)."""
     name, location, clean_path = _checked(name=name, kind=kind, location=location, path=path, shrink_guard=shrink_guard)
     folder = Folder.objects.filter(name=folder_name).first()
     if folder is None:
         raise SourceRejected(f"no KB folder named {folder_name!r}: create it first, with the access its documents should have")
     return Source.objects.create(name=name, kind=kind, location=location, folder=folder, branch=branch.strip(),
                                  path=clean_path, include=list(include), exclude=list(exclude), every=every,
-                                 shrink_guard=shrink_guard)
+                                 shrink_guard=shrink_guard, secret=secret)
 
 
 EDITABLE = ("name", "location", "branch", "path", "include", "exclude", "every", "shrink_guard")
@@ -88,7 +90,9 @@ EDITABLE = ("name", "location", "branch", "path", "include", "exclude", "every",
 def source_change(*, source: Source, **changes: Any) -> Source:
     """Change a source's settings (any of EDITABLE) under the rules of `source_create`. Its kind and folder
     stay: its documents' access comes from that folder. The next run lists what the new settings select
-    (the shrink guard holds a run that would delete too much)."""
+    (the shrink guard holds a run that would delete too much). `secret` replaces the stored one ("" clears it);
+    a new location drops it unless it is given again, so a secret is never sent to a place it was not meant for."""
+    secret = changes.pop("secret", None)
     unknown = set(changes) - set(EDITABLE)
     if unknown:
         raise SourceRejected(f"{', '.join(sorted(unknown))}: cannot be changed (only {', '.join(EDITABLE)})")
@@ -100,9 +104,13 @@ def source_change(*, source: Source, **changes: Any) -> Source:
         shrink_guard=merged["shrink_guard"], exclude_pk=source.pk)
     merged["branch"] = merged["branch"].strip()
     merged["include"], merged["exclude"] = list(merged["include"]), list(merged["exclude"])
+    if secret is None and merged["location"] != source.location:
+        secret = ""
     for field, value in merged.items():
         setattr(source, field, value)
-    source.save(update_fields=list(EDITABLE))
+    if secret is not None:
+        source.secret = secret
+    source.save(update_fields=[*EDITABLE, *(["secret"] if secret is not None else [])])
     return source
 
 

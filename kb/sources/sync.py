@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import PurePosixPath
+from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
 
 from kb.events import document_indexed
 from kb.ingest.pipeline import ingest
-from kb.models import Document, Source
+from kb.models import Document, Source, SourceChange
 from kb.services import UploadRejected, document_delete, document_upload
 from kb.sources.kinds import source_list_entries
 from kb.sources.listing import Entry, ListingError, selected, sub_path
@@ -69,6 +71,56 @@ class _Plan:
     gone: list[Document] = field(default_factory=list)
 
 
+class _Progress:
+    """The run's state on its source row, written as it moves (one cheap UPDATE a step), so the admin, the
+    API and the library show it live; and its changes (kb.models.SourceChange) from seen to searchable,
+    so the source's index lag and pending files are known at any moment, even of a run killed mid-way."""
+
+    def __init__(self, source: Source, seen_at: datetime) -> None:
+        self.source, self.seen_at = source, seen_at
+        # A change listed now happened after the previous listing at the earliest (a file copied with an
+        # old mtime, an old commit merged since); a source never listed counts from when it was added.
+        self.floor = source.last_listed_at or source.created_at
+        self.lags: list[float] = []
+
+    def update(self, **fields: Any) -> None:
+        Source.objects.filter(pk=self.source.pk).update(**fields)
+
+    def since(self, modified: float | None) -> datetime:
+        """When a change started, for its lag: the time it changed at the source, kept between the previous
+        listing and this one; where the kind does not know it (a deletion), when this run saw it."""
+        if modified is None:
+            return self.seen_at
+        return min(max(datetime.fromtimestamp(modified, tz=UTC), self.floor), self.seen_at)
+
+    def seen(self, changes: Sequence[tuple[str, str, datetime]]) -> None:
+        """Record (path, action, since) as pending; a change already recorded keeps when it started."""
+        SourceChange.objects.bulk_create(
+            [SourceChange(source=self.source, path=path, action=action, since=since, first_seen_at=self.seen_at)
+             for path, action, since in changes],
+            update_conflicts=True, unique_fields=["source", "path"], update_fields=["action", "failure_reason"],
+        )
+
+    def searchable(self, path: str) -> None:
+        """The change at `path` is searchable now (indexed, moved or deleted): its lag is measured."""
+        change = SourceChange.objects.filter(source=self.source, path=path).first()
+        if change is not None:
+            self.lags.append((timezone.now() - change.since).total_seconds())
+            change.delete()
+
+    def settle(self, result: SyncResult, plan: _Plan) -> None:
+        """After a complete run only failed files remain: this run's, and unchanged documents still failed."""
+        failed = dict(result.failures)
+        failed.update({d.source_path: d.failure_reason for d, _ in plan.unchanged if d.status == Document.Status.FAILED})
+        SourceChange.objects.filter(source=self.source).exclude(path__in=list(failed)).delete()
+        SourceChange.objects.bulk_create(
+            [SourceChange(source=self.source, path=path, action=SourceChange.Action.NEW, since=self.seen_at,
+                          first_seen_at=self.seen_at, failure_reason=reason[:4000] or "failed")
+             for path, reason in failed.items()],
+            update_conflicts=True, unique_fields=["source", "path"], update_fields=["failure_reason"],
+        )
+
+
 def document_name(path: str) -> str:
     """The document's file name for a path at the source: the path itself, its separators made readable."""
     return PATH_SEPARATOR.join(PurePosixPath(path).parts)
@@ -94,20 +146,22 @@ def source_sync(source: Source, *, confirm: bool = False) -> SyncResult:
     with source_lock(source.pk) as taken:
         if not taken:
             raise SourceBusy(f"{source.name}: another run of this source is under way")
-        Source.objects.filter(pk=source.pk).update(last_status=Source.RunStatus.RUNNING, last_reason="",
-                                                   last_started_at=timezone.now(), last_finished_at=None)
+        started = timezone.now()
+        progress = _Progress(source, started)
+        progress.update(last_status=Source.RunStatus.RUNNING, last_reason="", last_step="listing",
+                        last_started_at=started, last_finished_at=None, **dict.fromkeys(_COUNTS, 0))
         try:
-            result = _run(source, confirm=confirm)
+            result = _run(source, progress, confirm=confirm)
         except Exception as exc:
             log.exception("sync of source %s failed", source.name)
             result = SyncResult(status=Source.RunStatus.FAILED, reason=f"internal error: {type(exc).__name__}: {exc}")
-            _record(source, result)
+            _record(source, result, progress)
             raise
-        _record(source, result)
+        _record(source, result, progress)
         return result
 
 
-def _run(source: Source, *, confirm: bool) -> SyncResult:
+def _run(source: Source, progress: _Progress, *, confirm: bool) -> SyncResult:
     try:
         under = sub_path(source.path)
         entries = [e for e in source_list_entries(source)
@@ -116,6 +170,13 @@ def _run(source: Source, *, confirm: bool) -> SyncResult:
         return SyncResult(status=Source.RunStatus.FAILED, reason=str(exc))
     result = SyncResult(status=Source.RunStatus.OK, listed=len(entries))
     plan = _plan(source, entries)
+    progress.seen([(e.path, SourceChange.Action.CHANGED, progress.since(e.modified)) for _, e in plan.changed]
+                  + [(e.path, SourceChange.Action.NEW, progress.since(e.modified)) for e in plan.new]
+                  + [(e.path, SourceChange.Action.RENAMED, progress.since(e.modified)) for _, e in plan.renamed]
+                  + [(d.source_path, SourceChange.Action.DELETED, progress.seen_at) for d in plan.gone])
+    planned = len(plan.changed) + len(plan.new) + len(plan.renamed) + len(plan.gone)
+    progress.update(last_listed=result.listed, last_listed_at=progress.seen_at, last_planned=planned,
+                    last_unchanged=len(plan.unchanged), last_step="applying")
     tracked = len(plan.unchanged) + len(plan.changed) + len(plan.renamed) + len(plan.gone)
     if plan.gone and len(plan.gone) > source.shrink_guard * tracked and not confirm:
         result.status = Source.RunStatus.HELD
@@ -125,22 +186,30 @@ def _run(source: Source, *, confirm: bool) -> SyncResult:
     result.unchanged = len(plan.unchanged)
     for document, entry in plan.renamed:
         _link(document, entry, rename=True)
-    result.renamed = len(plan.renamed)
+        result.renamed += 1
+        progress.searchable(entry.path)
+        progress.update(last_renamed=result.renamed)
     for document in plan.gone:
         document_delete(document=document)
-    result.deleted = len(plan.gone)
+        result.deleted += 1
+        progress.searchable(document.source_path)
+        progress.update(last_deleted=result.deleted)
     to_index = [d.pk for d, _ in plan.unchanged if d.status == Document.Status.QUEUED]  # left by a stopped run
     for document, entry in plan.changed:
         pk = _upload(source, entry, result, replacing=document)
         if pk is not None:
             result.changed += 1
             to_index.append(pk)
+        progress.update(last_changed=result.changed, last_failed=result.failed)
     for entry in plan.new:
         pk = _upload(source, entry, result, replacing=None)
         if pk is not None:
             result.new += 1
             to_index.append(pk)
-    _index(to_index, result)
+        progress.update(last_new=result.new, last_failed=result.failed)
+    progress.update(last_step="indexing", last_to_index=len(to_index))
+    _index(to_index, result, progress)
+    progress.settle(result, plan)
     return result
 
 
@@ -224,32 +293,39 @@ def _upload(source: Source, entry: Entry, result: SyncResult, *, replacing: Docu
     return document.pk
 
 
-def _index(ids: list[int], result: SyncResult) -> None:
+def _index(ids: list[int], result: SyncResult, progress: _Progress) -> None:
     """Index the run's documents here, one by one; a broken file fails alone with the pipeline's reason."""
     ready = []
-    for pk in ids:
+    for done, pk in enumerate(ids, start=1):
         status = ingest(pk)
         row = Document.objects.filter(pk=pk).values("status", "failure_reason", "source_path", "chunk_count",
                                                     "chunks_reused").first()
-        if row is None:
-            continue
-        if status == Document.Status.READY:
+        if row is not None and status == Document.Status.READY:
             ready.append(pk)
             result.chunks_embedded += row["chunk_count"] - row["chunks_reused"]
-        elif row["status"] == Document.Status.FAILED:
+            progress.searchable(row["source_path"])
+        elif row is not None and row["status"] == Document.Status.FAILED:
             result.fail(row["source_path"], row["failure_reason"])
+        progress.update(last_indexed=done, last_failed=result.failed, last_chunks_embedded=result.chunks_embedded)
     if ready:
         document_indexed.send(sender=source_sync, document_ids=ready, sync=True)
 
 
-def _record(source: Source, result: SyncResult) -> None:
+# The run's counts, reset when it starts and written as it goes.
+_COUNTS = ("last_listed", "last_unchanged", "last_changed", "last_new", "last_deleted", "last_renamed", "last_failed",
+           "last_chunks_embedded", "last_planned", "last_to_index", "last_indexed")
+
+
+def _record(source: Source, result: SyncResult, progress: _Progress) -> None:
     now = timezone.now()
-    fields = {
-        "last_status": result.status, "last_reason": result.reason[:4000], "last_listed": result.listed,
+    fields: dict[str, Any] = {
+        "last_status": result.status, "last_reason": result.reason[:4000], "last_step": "", "last_listed": result.listed,
         "last_unchanged": result.unchanged, "last_changed": result.changed, "last_new": result.new,
         "last_deleted": result.deleted, "last_renamed": result.renamed, "last_failed": result.failed,
         "last_chunks_embedded": result.chunks_embedded, "last_finished_at": now,
     }
     if result.status == Source.RunStatus.OK:
         fields["last_success_at"] = now
-    Source.objects.filter(pk=source.pk).update(**fields)
+    if progress.lags:
+        fields["last_lag_seconds"] = max(progress.lags)
+    progress.update(**fields)
