@@ -199,19 +199,14 @@ def test_an_unreachable_source_deletes_nothing_and_says_why(people: dict[str, An
     assert found(people["carol"], "reimbursed meals abroad per day", "ninety-four euros")
 
 
-def test_credentials_in_a_location_and_unbuilt_kinds_are_refused(public_folder: Folder) -> None:
+def test_credentials_in_a_location_and_a_missing_folder_are_refused(public_folder: Folder) -> None:
     with pytest.raises(CommandError, match="password or token") as refused:
         call_command("source", "add", "secret", "--kind", "git", "--location", "https://bot:s3cr3t@git.example/x.git",
                      "--folder", "Handbook")
     assert "s3cr3t" not in str(refused.value)
-    with pytest.raises(CommandError, match="not built yet"):
-        call_command("source", "add", "intranet", "--kind", "site", "--location", "https://intra.example/",
-                     "--folder", "Handbook")
     with pytest.raises(CommandError, match="no KB folder named 'Nowhere'"):
         call_command("source", "add", "x", "--kind", "folder", "--location", "/srv/x", "--folder", "Nowhere")
     assert not Source.objects.exists()
-    site = Source.objects.create(name="site", kind="site", location="https://intra.example/", folder=public_folder)
-    assert "not built yet" in source_sync(site).reason
 
 
 def test_a_listing_that_shrinks_past_the_guard_is_held_until_confirmed(tmp_path: Path, public_folder: Folder) -> None:
