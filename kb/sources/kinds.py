@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kb.models import Source
-from kb.sources import folder, git
+from kb.sources import folder, git, site
 from kb.sources.listing import Entry, ListingError
 
 KINDS: dict[str, Callable[[Source], list[Entry]]] = {
     Source.Kind.FOLDER: folder.list_entries,
     Source.Kind.GIT: git.list_entries,
+    Source.Kind.SITE: site.list_entries,
 }
 
 
