@@ -127,14 +127,11 @@ KB_SEARCH_SOURCE_MARGIN = env_float("KB_SEARCH_SOURCE_MARGIN", 0.1)
 # (docs/CHAT.md): the asker who used other words than the documents finds the section; a question from
 # elsewhere, farther than that, is shown none.
 KB_SEARCH_RELATED_MARGIN = env_float("KB_SEARCH_RELATED_MARGIN", 0.15)
-KB_SEARCH_MMR_LAMBDA = env_float("KB_SEARCH_MMR_LAMBDA", 1.0)  # 1.0: relevance only
 KB_SEARCH_DUPLICATE = env_float("KB_SEARCH_DUPLICATE", 0.97)  # cosine similarity that counts as a duplicate
-KB_SEARCH_INTENT_BOOST = env_float("KB_SEARCH_INTENT_BOOST", 0.0)
 KB_SEARCH_LATE_DEPTH = env_int("KB_SEARCH_LATE_DEPTH", 20, minimum=0)  # top hits re-scored by late interaction; 0: off
 KB_SEARCH_LATE_WEIGHT = env_float("KB_SEARCH_LATE_WEIGHT", 1.0)  # late score's weight next to cosine similarity
 KB_SEARCH_EF_SEARCH = env_int("KB_SEARCH_EF_SEARCH", 400, minimum=1)
 KB_RERANKER_PATH = env_str("KB_RERANKER_PATH", "")  # a local sentence-transformers CrossEncoder directory
-KB_RERANK_FLOOR = env_float("KB_RERANK_FLOOR", -1e9)
 
 # Answerability: answer or refuse (docs/RETRIEVAL.md "Refusal"). A logistic regression over the signals
 # retrieval computes per query, fitted by `manage.py calibrate` on ../shared/eval. KB_ANSWERABILITY_FILE

@@ -4,10 +4,10 @@ One SQL round trip gathers three candidate lists, each filtered by the user's ac
 principals in its own WHERE before its ORDER BY ... LIMIT (never a post-filter):
 dense (HNSW cosine, iterative index scan), lexical (IDF-weighted full text) and
 identifier (trigram-indexed ILIKE for codes, keys and flags). They are fused by
-reciprocal rank (optionally preferring the query's intent audience); MMR drops
-near-duplicates; late interaction (search.late) re-orders the top hits; the distance gate
-decides whether anything is close enough to answer from (NO ANSWER otherwise); an
-optional cross-encoder reranks the survivors; a hard cap bounds what reaches the generator.
+reciprocal rank; near-duplicates of a better hit are dropped; late interaction
+(search.late) re-orders the top hits; the answerability model (or the distance gate)
+decides whether the question is answerable (NO ANSWER otherwise); an optional
+cross-encoder reranks the survivors; a hard cap bounds what reaches the generator.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from django.db.models import Q
 
 from accounts.acl import user_principals
 from kb.ingest import embedding
-from kb.ingest.classify import CONCEPT, SCREEN, classify_query
+from kb.ingest.classify import SCREEN, classify_query
 from kb.models import Chunk, passage_link
 from search import answerability, late, rerank
 from search.stats import CHUNK_TOTAL_SQL, idf_sql
@@ -55,9 +55,7 @@ class SearchOptions:
     threshold: float = field(default_factory=lambda: settings.KB_SEARCH_THRESHOLD)
     cap: int = field(default_factory=lambda: settings.KB_SEARCH_CAP)
     source_margin: float = field(default_factory=lambda: settings.KB_SEARCH_SOURCE_MARGIN)
-    mmr_lambda: float = field(default_factory=lambda: settings.KB_SEARCH_MMR_LAMBDA)
     duplicate: float = field(default_factory=lambda: settings.KB_SEARCH_DUPLICATE)
-    intent_boost: float = field(default_factory=lambda: settings.KB_SEARCH_INTENT_BOOST)
     ef_search: int = field(default_factory=lambda: settings.KB_SEARCH_EF_SEARCH)
     lexical: bool = True
     lexical_max_share: float = field(default_factory=lambda: settings.KB_SEARCH_LEXICAL_MAX_SHARE)
@@ -68,7 +66,6 @@ class SearchOptions:
     late_depth: int = field(default_factory=lambda: settings.KB_SEARCH_LATE_DEPTH)
     late_weight: float = field(default_factory=lambda: settings.KB_SEARCH_LATE_WEIGHT)
     rerank: bool = True
-    rerank_floor: float = field(default_factory=lambda: settings.KB_RERANK_FLOOR)
     answerability: bool = True  # False: the distance threshold alone decides (as before calibration)
 
 
@@ -296,8 +293,8 @@ def _vector(sent: bytes | memoryview) -> np.ndarray:
     return np.frombuffer(bytes(sent), dtype=">f4", offset=4).astype(np.float32)
 
 
-def _mmr(hits: list[Hit], vectors: dict[int, np.ndarray], *, lam: float, duplicate: float) -> list[Hit]:
-    """Maximal marginal relevance over fused scores; near-duplicates of a kept hit are dropped.
+def _drop_duplicates(hits: list[Hit], vectors: dict[int, np.ndarray], *, duplicate: float) -> list[Hit]:
+    """The hits in order, without any whose cosine similarity to a better kept hit is `duplicate` or more.
 
     One similarity matrix for all candidates: a Python loop over pairs cost ~60 ms at 150 candidates.
     """
@@ -305,18 +302,11 @@ def _mmr(hits: list[Hit], vectors: dict[int, np.ndarray], *, lam: float, duplica
         return hits
     matrix = np.stack([vectors[h.chunk_id] for h in hits])
     similarity = matrix @ matrix.T
-    relevance = np.array([h.score for h in hits]) / (max(h.score for h in hits) or 1.0)
-    closest = np.zeros(len(hits))  # highest similarity to a kept hit (0 before the first is kept)
-    available = np.ones(len(hits), dtype=bool)
-    chosen: list[Hit] = []
-    while available.any():
-        value = np.where(available, lam * relevance - (1 - lam) * closest, -np.inf)
-        best = int(np.argmax(value))
-        closest = np.maximum(closest, similarity[best]) if chosen else similarity[best]
-        chosen.append(hits[best])
-        available &= similarity[best] < duplicate
-        available[best] = False
-    return chosen
+    kept: list[int] = []
+    for i in range(len(hits)):
+        if not kept or similarity[kept, i].max() < duplicate:
+            kept.append(i)
+    return [hits[i] for i in kept]
 
 
 def _late_signals(query: str, pieces: np.ndarray, head: list[Hit], texts: dict[int, str]) -> dict[int, tuple[float, float]]:
@@ -365,9 +355,6 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
             f"some documents were indexed with another embedding model ({', '.join(sorted(foreign))}); "
             "re-index them to make them searchable"
         )
-    # An intent we are sure of favours chunks of that audience; an unsure one (concept) barely does.
-    preferred = intent if intent == SCREEN else CONCEPT
-    boost = options.intent_boost * confidence
     vectors: dict[int, np.ndarray] = {}
     texts: dict[int, str] = {}
     hits: list[Hit] = []
@@ -376,15 +363,14 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
             continue
         vectors[row["chunk_id"]] = _vector(row["vector"])
         texts[row["chunk_id"]] = row["text"]
-        score = float(row["rrf"]) * (1 + boost if row["audience"] == preferred else 1)
         ranks = {k: int(row[f"{k}_rank"]) for k in ("dense", "lexical", "ident") if row[f"{k}_rank"]}
-        hits.append(Hit(**{name: row[name] for name in _HIT_COLUMNS}, distance=float(row["distance"]), score=score,
-                        ranks=ranks))
+        hits.append(Hit(**{name: row[name] for name in _HIT_COLUMNS}, distance=float(row["distance"]),
+                        score=float(row["rrf"]), ranks=ranks))
     hits.sort(key=lambda h: (-h.score, h.distance, h.chunk_id))
     result.nearest_distance = min((h.distance for h in hits), default=None)
 
     fused = hits
-    hits = _mmr(hits, vectors, lam=options.mmr_lambda, duplicate=options.duplicate)
+    hits = _drop_duplicates(hits, vectors, duplicate=options.duplicate)
     scored: dict[int, tuple[float, float]] = {}
     if options.late_depth and hits:
         late_at = time.perf_counter()
@@ -404,7 +390,6 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
         scores = rerank.scores(query, [h.content for h in gated])
         gated = sorted((replace(h, rerank_score=s) for h, s in zip(gated, scores, strict=True)),
                        key=lambda h: -(h.rerank_score or 0.0))
-        gated = [h for h in gated if (h.rerank_score or 0.0) >= options.rerank_floor]
         timings["rerank"] = (time.perf_counter() - reranked_at) * 1000
     chosen = {h.chunk_id: h for h in gated[: options.cap]}
     # Passed hits first (in generator order), then the rest in fused order, up to k.
