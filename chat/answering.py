@@ -82,13 +82,18 @@ def _canonical_slice(document_id: int, start: int, end: int) -> str:
     return text or ""
 
 
+NOT_FOUND = "I couldn't find this in the documents you can read, so I won't guess."
+MAY_HELP = "These passages may help, but none of them answers this directly, so I haven't written an answer."
+TRY_AGAIN = ("Try the words the documents would use (a screen, field, setting or error code), "
+             "or ask the team that owns the topic.")
+
+
 def refusal_text(result: SearchResult) -> str:
-    reason = result.refusal_reason or "NO ANSWER"
-    return (
-        "I could not find this in the documents you can read, so I will not guess. "
-        f"({reason}.) Try the words the documents would use (a screen, field, setting or error code), "
-        "or ask the team that owns the topic."
-    )
+    """What the asker reads when the question is refused, in plain words: no distance, threshold or
+    confidence (those are the reviewers', in `refusal_reason`). Between "answerable" and "nothing
+    near" (a passage within the related margin), the closest passages are the help on offer."""
+    near = result.nearest_distance is not None and result.nearest_distance <= result.related_distance
+    return f"{MAY_HELP if near else NOT_FOUND} {TRY_AGAIN}"
 
 
 @dataclass

@@ -63,7 +63,8 @@ class MessageOut(Schema):
     html: str
     withheld: bool
     intent: str
-    refusal_reason: str
+    refusal_reason: str = Field(description="Why the question was refused, with the retrieval signals (distances, "
+                                            "threshold, confidence); empty unless the caller is staff or a reviewer")
     error: str
     backend: str
     model: str
@@ -179,7 +180,7 @@ def _message(view: MessageView) -> dict[str, Any]:
     m = view.message
     return {
         "id": m.pk, "role": m.role, "status": m.status, "text": view.text, "html": view.html,
-        "withheld": view.withheld, "intent": m.intent, "refusal_reason": m.refusal_reason, "error": view.error,
+        "withheld": view.withheld, "intent": m.intent, "refusal_reason": view.refusal_reason, "error": view.error,
         "backend": m.backend, "model": m.model, "notice": m.notice, "timings": view.timings,
         "citations": view.citations, "restricted_citations": view.restricted, "unsupported": view.unsupported,
         "rating": m.rating,
@@ -225,7 +226,7 @@ def _review_brief(review: ReviewView) -> dict[str, Any]:
     return {
         "id": m.pk, "conversation": m.conversation_id, "owner": m.conversation.owner.get_username(),
         "question": m.question.text if m.question else "", "status": m.status, "text": text,
-        "text_truncated": text_truncated, "withheld": view.withheld, "refusal_reason": m.refusal_reason,
+        "text_truncated": text_truncated, "withheld": view.withheld, "refusal_reason": view.refusal_reason,
         "error": view.error, "backend": m.backend, "citations": citations, "restricted_citations": view.restricted,
         "unsupported": view.unsupported, "feedback": [_feedback(f) for f in review.feedback], "created_at": m.created_at,
     }

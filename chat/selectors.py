@@ -44,6 +44,12 @@ def is_reviewer(user: Any) -> bool:
     return bool(user.is_superuser or user.groups.filter(name=conf.review_group()).exists())
 
 
+def sees_signals(user: Any) -> bool:
+    """Who reads why a question was refused in numbers (distances, threshold, confidence): staff and
+    reviewers, who tune and judge the product. Employees get the plain words of the answer's text."""
+    return bool(is_active_user(user) and user.is_staff) or is_reviewer(user)
+
+
 def earlier_questions(message: Message, *, limit: int = 3) -> list[str]:
     """The user's previous questions in the conversation, oldest first (never earlier answers)."""
     before = message.question_id or message.pk
@@ -67,6 +73,7 @@ class MessageView:
     restricted: list[int] = field(default_factory=list)  # numbers of citations hidden from this reader
     unsupported: list[ClaimPayload] = field(default_factory=list)  # chat.support's flags, with verdicts
     error: str = ""
+    refusal_reason: str = ""  # the signals behind a refusal: for staff and reviewers only
 
     @property
     def timings(self) -> Timings:
@@ -103,6 +110,7 @@ def message_views(messages: Sequence[Message], *, viewer: Any) -> list[MessageVi
     so may its error (a model server's message can echo the prompt).
     """
     readable = readable_document_ids(viewer, messages)
+    signals = sees_signals(viewer)
     views = []
     for message in messages:
         shown: list[Citation] = []
@@ -117,7 +125,8 @@ def message_views(messages: Sequence[Message], *, viewer: Any) -> list[MessageVi
         html = (render_html(message.text, {c.number: c for c in shown}, unsupported=message.unsupported)
                 if message.role == Message.Role.ASSISTANT else "")
         views.append(MessageView(message, message.text, html, False, [citation_from_stored(c) for c in shown],
-                                 unsupported=message.unsupported, error=message.error))
+                                 unsupported=message.unsupported, error=message.error,
+                                 refusal_reason=message.refusal_reason if signals else ""))
     return views
 
 
@@ -178,7 +187,7 @@ def message_events(view: MessageView) -> list[Event]:
                          "type": "status", "message": m.pk, "state": "retrieving"}
         return [status, *(text if m.text else [])]
     if m.status == Message.Status.REFUSED:
-        return [{"type": "refused", "message": m.pk, "reason": m.refusal_reason, "text": m.text, "intent": m.intent,
+        return [{"type": "refused", "message": m.pk, "reason": view.refusal_reason, "text": m.text, "intent": m.intent,
                  "timings": view.timings}]
     if m.status == Message.Status.FAILED:
         return [*(text if m.text else []), {"type": "error", "message": m.pk, "error": view.error}]

@@ -251,8 +251,9 @@ def _store(writer: _Writer, event: Event, record: AnswerRecord) -> str | None:
         writer.send(event)
         return None
     if event["type"] == "refused":
-        writer.finish(event, status=Message.Status.REFUSED, text=event["text"], refusal_reason=event["reason"],
-                      **_search_facts(record), **event["timings"])
+        # The reason holds the signals (distances, confidence): stored for reviewers, never sent to the asker.
+        writer.finish(event | {"reason": ""}, status=Message.Status.REFUSED, text=event["text"],
+                      refusal_reason=event["reason"], **_search_facts(record), **event["timings"])
         return Message.Status.REFUSED
     if event["type"] == "citations":
         Citation.objects.bulk_create(_citation_row(writer.message.pk, c) for c in event["citations"])

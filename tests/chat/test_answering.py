@@ -91,7 +91,8 @@ def test_an_out_of_domain_question_is_refused_and_no_backend_is_called(
         assert stub.requests == []  # the backend's call count stays 0
     assert [e["type"] for e in events] == ["status", "refused"]
     assert "NO ANSWER" in events[-1]["reason"] and "above the threshold" in events[-1]["reason"]
-    assert "will not guess" in events[-1]["text"]
+    assert events[-1]["text"].startswith("I couldn't find this in the documents you can read, so I won't guess.")
+    assert not any(c.isdigit() for c in events[-1]["text"])  # the signals are the reviewers', never the asker's
     assert answer.status == Message.Status.REFUSED and answer.refused
     assert answer.refusal_reason.startswith("NO ANSWER") and answer.backend == "" and not answer.citations.exists()
 

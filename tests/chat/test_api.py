@@ -279,3 +279,34 @@ def test_the_review_desk_lists_unsupported_claims_first_and_staff_confirm_or_dis
     assert Feedback.objects.filter(message=older).count() == 1
     dismissed = client.post(url, {"verdict": "dismissed"}, content_type="application/json").json()
     assert dismissed["unsupported"][0]["verdict"] == "dismissed"
+
+
+def test_a_refusal_reads_in_plain_words_and_only_staff_and_reviewers_see_its_signals(
+    corpus: dict[str, Document], people: dict[str, Any], client: Client, settings: Any
+) -> None:
+    """Carol is refused twice: a question far from anything (nothing near) and, with the answer cutoff out
+    of reach, the export question (its passage is near: the middle state). Neither text holds a number;
+    the distances and the confidence reach the admin and the support reviewer, never carol."""
+    far = answered(people["carol"], "What is the airspeed velocity of an unladen swallow carrying a coconut?")
+    settings.KB_ANSWERABILITY = {**settings.KB_ANSWERABILITY, "cutoff": 0.999999}
+    near = answered(people["carol"], EXPORT_QUESTION)
+    assert far.status == near.status == Message.Status.REFUSED
+    assert far.text.startswith("I couldn't find this in the documents you can read")
+    assert near.text.startswith("These passages may help, but none of them answers this directly")
+    assert not any(c.isdigit() for c in far.text + near.text)
+    assert "distance" in far.refusal_reason and "confidence" in near.refusal_reason  # stored for reviewers
+
+    client.force_login(people["carol"])
+    for answer in (far, near):
+        body = client.get(f"/api/conversations/{answer.conversation_id}").json()
+        reply = body["messages"][-1]
+        assert reply["refusal_reason"] == "" and reply["text"] == answer.text
+        [refused] = [e for e in reply["events"] if e["type"] == "refused"]
+        assert refused["reason"] == ""
+    [refused] = [e for e in conversation_replay(near.conversation, viewer=people["carol"]) if e["type"] == "refused"]
+    assert refused["reason"] == "" and not any(c.isdigit() for c in json.dumps(refused["text"]))
+
+    client.force_login(people["sam"])  # support: the review desk shows the signals
+    assert client.get(f"/api/review/answers/{near.pk}").json()["refusal_reason"] == near.refusal_reason
+    client.force_login(people["admin"])
+    assert client.get(f"/api/review/answers/{far.pk}").json()["refusal_reason"] == far.refusal_reason
