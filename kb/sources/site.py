@@ -7,7 +7,8 @@ Incremental: a page indexed before is asked for with its ETag (If-None-Match) or
 (If-Modified-Since); a 304 means unchanged, and the stored original stands in for it (its links, and its
 bytes should the sync want them). HTTP is the standard library's urllib.request: one GET at a time to
 one host needs no connection pool, HTTP/2 or async, and httpx would be a new dependency for none of
-them. Links come from BeautifulSoup, which the HTML extractor uses already.
+them. Links come from BeautifulSoup, which the HTML extractor uses already. A site that needs a token
+gets it as `Authorization: Bearer` (kb.sources.secrets), sent only to the prefix's origin.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import urllib.request
 from collections import deque
 from dataclasses import dataclass
 from email.message import Message
+from email.utils import parsedate_to_datetime
 from functools import partial
 from http.client import HTTPException
 from pathlib import PurePosixPath
@@ -36,6 +38,7 @@ from kb.ingest.extract import SUPPORTED
 from kb.models import Document, Source
 from kb.sources.git import cache_dir, redact
 from kb.sources.listing import Entry, ListingError, selected, sub_path
+from kb.sources.secrets import secret_setting, source_secret
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +58,8 @@ def location_check(location: str) -> None:
         raise ListingError(redact(f"{location!r}: a site source starts at an http:// or https:// URL "
                                   "(a page, a directory ending in '/', or a sitemap.xml)"))
     if parts.username is not None or parts.password is not None:
-        raise ListingError("the start URL holds a user name or password; a site source reads what the server "
-                           "shows without credentials, which never go into a stored location")
+        raise ListingError("the start URL holds a user name or password; give a token as the source's secret (or "
+                           "the KB_SOURCE_<NAME>_TOKEN setting), never in the source's location")
     if parts.query:
         raise ListingError(f"{location!r}: the start URL has a query string; start at a page or directory")
 
@@ -131,11 +134,13 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 
 
 class _Client:
-    """GETs to the site, one at a time and `delay` seconds apart, each within `timeout` and `max_bytes`."""
+    """GETs to the site, one at a time and `delay` seconds apart, each within `timeout` and `max_bytes`,
+    with the source's token when it has one (the crawl never asks another origin)."""
 
-    def __init__(self, *, delay: float, timeout: float, max_bytes: int) -> None:
+    def __init__(self, *, delay: float, timeout: float, max_bytes: int, token: str | None) -> None:
         self.opener = urllib.request.build_opener(_NoRedirects)
         self.delay, self.timeout, self.max_bytes = delay, timeout, max_bytes
+        self.headers = {"User-Agent": USER_AGENT} | ({"Authorization": f"Bearer {token}"} if token else {})
         self.requests = 0
         self._next_at = 0.0
 
@@ -147,7 +152,7 @@ class _Client:
             time.sleep(wait)
         self.requests += 1
         # Only http(s) URLs get here: the start URL's scheme is checked and every link must share its origin.
-        request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, **(headers or {})})  # noqa: S310
+        request = urllib.request.Request(url, headers=self.headers | (headers or {}))  # noqa: S310
         try:
             with self.opener.open(request, timeout=self.timeout) as response:
                 return _Response(response.status, response.headers, self._body(response))
@@ -186,6 +191,14 @@ def _etag(headers: Message, digest: str) -> str:
     return f"http:{tag}" if tag and len(tag) <= MAX_TAG else f"sha256:{digest}"
 
 
+def _modified(headers: Message) -> float | None:
+    """Last-Modified as a POSIX time (where the index lag of a change starts), None when absent or unreadable."""
+    try:
+        return parsedate_to_datetime(headers.get("Last-Modified", "")).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
 def _conditional(document: Document | None) -> dict[str, str]:
     """The headers that let the server answer 304 for a document indexed before (when its original is stored)."""
     if document is None or not document.file.name or not document.source_etag.startswith("http:"):
@@ -202,7 +215,7 @@ class _Crawl:
         self.location = source.location.strip()
         self.prefix = Prefix.of(self.location)
         self.client = _Client(delay=settings.KB_SOURCE_SITE_DELAY, timeout=settings.KB_SOURCE_SITE_TIMEOUT,
-                              max_bytes=settings.KB_MAX_UPLOAD_MB * 2**20)
+                              max_bytes=settings.KB_MAX_UPLOAD_MB * 2**20, token=source_secret(source))
         self.budget = settings.KB_SOURCE_SITE_MAX_PAGES
         self.robots = RobotFileParser()
         self.stored = {d.source_path: d for d in source.documents.only("source_path", "source_etag", "file", "size")}
@@ -320,8 +333,8 @@ class _Crawl:
         elif status == 200:
             self._fetched(url, path, response)
         elif start:
-            hint = " (it needs credentials: a site source reads what the server shows without them)" if status in (
-                401, 403) else ""
+            hint = (f" (check the source's token: its secret or the {secret_setting(self.source)} setting)"
+                    if status in (401, 403) else "")
             raise ListingError(f"{url}: the start page answered HTTP {status}{hint}")
         elif status not in GONE:
             self._failed(url, path, stored, f"HTTP {status}")
@@ -333,7 +346,7 @@ class _Crawl:
         spooled = self.spool / str(len(self.entries))
         spooled.write_bytes(response.body)
         self.entries.append(Entry(path=path, size=len(response.body), etag=_etag(response.headers, digest),
-                                  read=spooled.read_bytes, _sha256=digest))
+                                  read=spooled.read_bytes, modified=_modified(response.headers), _sha256=digest))
         if _is_page(path):
             self._links(url, response.body)
 

@@ -3,7 +3,8 @@
 appends one JSON line per request to LOG (path, query, the conditional headers it got, the status it
 answered, the time). HTML files carry an ETag (their content's hash) and answer If-None-Match with
 304; other files carry Last-Modified and answer If-Modified-Since with 304. CONTROL, a JSON file read
-at each request, may map paths to a status to answer instead ({"status": {"/docs/a.html": 500}})."""
+at each request, may map paths to a status to answer instead ({"status": {"/docs/a.html": 500}}) and
+require a token ({"token": "…"}: a request without `Authorization: Bearer …` gets 401)."""
 
 from __future__ import annotations
 
@@ -25,19 +26,23 @@ def app(root: Path, log: Path, control: Path) -> Callable[..., Iterable[bytes]]:
     def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
         inm, ims = environ.get("HTTP_IF_NONE_MATCH", ""), environ.get("HTTP_IF_MODIFIED_SINCE", "")
-        status, headers, body = answer(root, control, path, inm, ims)
+        rules = json.loads(control.read_text()) if control.exists() else {}
+        authorized = environ.get("HTTP_AUTHORIZATION") == f"Bearer {rules.get('token')}"
+        if rules.get("token") and not authorized:
+            status, headers, body = 401, [("Content-Type", "text/plain")], b"a token is needed"
+        else:
+            status, headers, body = answer(root, rules.get("status", {}).get(path), path, inm, ims)
         with log.open("a") as out:
             out.write(json.dumps({"path": path, "query": environ.get("QUERY_STRING", ""), "if_none_match": inm,
                                   "if_modified_since": ims, "status": status, "agent": environ.get("HTTP_USER_AGENT", ""),
-                                  "time": time.time()}) + "\n")
+                                  "authorized": authorized, "time": time.time()}) + "\n")
         start_response(f"{status} X", [*headers, ("Content-Length", str(len(body)))])
         return [body]
 
     return serve
 
 
-def answer(root: Path, control: Path, path: str, inm: str, ims: str) -> tuple[int, list[tuple[str, str]], bytes]:
-    forced = json.loads(control.read_text()).get("status", {}).get(path) if control.exists() else None
+def answer(root: Path, forced: int | None, path: str, inm: str, ims: str) -> tuple[int, list[tuple[str, str]], bytes]:
     if forced:
         return forced, [("Content-Type", "text/plain")], b"forced"
     file = root / path.lstrip("/")

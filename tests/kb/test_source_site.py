@@ -18,7 +18,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from kb.models import Chunk, Document, Folder, Source
-from kb.sources.site import Prefix, document_path
+from kb.sources.site import Prefix, document_path, list_entries
 from kb.sources.sync import source_sync
 from tests.kb.test_sources import EXPENSES, ONCALL, counts, found, indexed
 
@@ -62,8 +62,8 @@ class Site:
         else:
             file.write_text(content)
 
-    def force(self, status: dict[str, int]) -> None:
-        self.control.write_text(json.dumps({"status": status}))
+    def force(self, status: dict[str, int], token: str = "") -> None:
+        self.control.write_text(json.dumps({"status": status, "token": token}))
 
     def requests(self) -> list[dict[str, Any]]:
         """The requests since the last call."""
@@ -228,7 +228,7 @@ def test_a_failing_page_keeps_its_document_and_a_site_that_cannot_be_listed_dele
         assert set(Document.objects.values_list("pk", "version")) == before
 
     site.force({"/docs/": 401})
-    fails("the start page answered HTTP 401 (it needs credentials")
+    fails("the start page answered HTTP 401 (check the source's token")
     site.force({"/robots.txt": 503})
     fails("/robots.txt: HTTP 503; the site's rules could not be read")
     site.force({})
@@ -245,6 +245,11 @@ def test_a_sitemap_lists_pages_no_link_reaches_and_requests_wait_the_politeness_
     settings.KB_SOURCE_SITE_DELAY = 0.25
     source = Source.objects.create(name="intranet", kind="site", location=f"{site.url}/docs/sitemap.xml",
                                    folder=handbook, exclude=["*.pdf"])
+    # A file's Last-Modified is when it changed at the source (the start of its index lag); an ETag tells no time.
+    modified = {e.path: e.modified for e in list_entries(source)}
+    assert modified["oncall.md"] == int((site.root / "docs" / "oncall.md").stat().st_mtime)
+    assert modified["manual.html"] is None
+    site.requests()
     result = source_sync(source)
     assert result.status == "ok" and counts(result) == (5, 0, 0, 5, 0, 0, 0), result.failures
     assert "unlinked.html" in set(Document.objects.filter(source=source).values_list("source_path", flat=True))
@@ -256,6 +261,21 @@ def test_a_sitemap_lists_pages_no_link_reaches_and_requests_wait_the_politeness_
     assert not NEVER_REQUESTED & set(paths)
     gaps = [later["time"] - earlier["time"] for earlier, later in zip(seen, seen[1:], strict=False)]
     assert min(gaps) >= 0.25 * 0.9, gaps
+
+
+def test_a_site_behind_a_token_gets_the_sources_secret(site: Site, handbook: Folder) -> None:
+    site.force({}, token="t0ken-7Qx")
+    source = Source.objects.create(name="intranet", kind="site", location=f"{site.url}/docs/", folder=handbook)
+    refused = source_sync(source)
+    assert refused.status == "failed" and refused.reason == (
+        f"{site.url}/docs/: the start page answered HTTP 401 (check the source's token: its secret or the "
+        "KB_SOURCE_INTRANET_TOKEN setting)")
+    assert not any(r["authorized"] for r in site.requests())
+    source.secret = "t0ken-7Qx"
+    source.save()
+    result = source_sync(source)
+    assert result.status == "ok" and result.new == 5, result.reason
+    assert all(r["authorized"] for r in site.requests())
 
 
 def test_a_site_location_is_checked_when_added(handbook: Folder) -> None:
