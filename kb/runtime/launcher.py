@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -286,33 +286,44 @@ def say(line: str) -> None:
 def run(host: str, port: int) -> int:
     if port_in_use(host, port):
         raise LaunchError(f"port {port} on {host} is already in use; stop what is using it or set PORT=<another port>")
+    if partial := embedded.partial_configuration():
+        raise LaunchError(partial)
+    return supervise(Launcher(host=host, port=port, env={}, lifeline=Lifeline.start()), boot)
+
+
+def boot(launcher: Launcher) -> None:
+    """The embedded servers (where no URL is set), migrations, demo data, then the children; says where the app is."""
+    database_url = os.environ.get("DATABASE_URL", "") or launcher.own("postgres")
+    redis_url = os.environ.get("REDIS_URL", "") or launcher.own("redis")
+    problems = service_problems(database_url, redis_url)
+    if problems:
+        raise LaunchError("\n".join(problems))
+    launcher.env = child_environment(database_url, redis_url)
+    launcher.manage("migrate", "--noinput")
+    # Demo users' passwords are their names: only ever in the embedded database, never in
+    # whatever DATABASE_URL points at (`manage.py load_demo` adds them there on purpose).
+    demo = "postgres" in launcher.owned
+    if demo:
+        launcher.manage("load_demo")
+    launcher.start()
+    url = f"http://{launcher.host}:{launcher.port}/"
+    say(f"\nKnowledge base ready at {url}  (health: {url}healthz)")
+    if demo:
+        say("Demo logins (username / password):")
+        for username, password, role in DEMO_LOGINS:
+            say(f"  {username:<6} / {password:<6} {role}")
+    say("Press Ctrl-C to stop.")
+
+
+def supervise(launcher: Launcher, start: Callable[[Launcher], None]) -> int:
+    """`start` the app, then watch it until a signal; however that ends, everything started is stopped
+    (and if the launcher is killed meanwhile, its lifeline stops it). tests/robust/test_launcher_lifetime.py
+    runs this with stand-in children."""
     # SIGINT too: a launcher started in the background by a non-interactive shell inherits it ignored.
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_interrupt)
-    if partial := embedded.partial_configuration():
-        raise LaunchError(partial)
-    launcher = Launcher(host=host, port=port, env={}, lifeline=Lifeline.start())
     try:
-        database_url = os.environ.get("DATABASE_URL", "") or launcher.own("postgres")
-        redis_url = os.environ.get("REDIS_URL", "") or launcher.own("redis")
-        problems = service_problems(database_url, redis_url)
-        if problems:
-            raise LaunchError("\n".join(problems))
-        launcher.env = child_environment(database_url, redis_url)
-        launcher.manage("migrate", "--noinput")
-        # Demo users' passwords are their names: only ever in the embedded database, never in
-        # whatever DATABASE_URL points at (`manage.py load_demo` adds them there on purpose).
-        demo = "postgres" in launcher.owned
-        if demo:
-            launcher.manage("load_demo")
-        launcher.start()
-        url = f"http://{host}:{port}/"
-        say(f"\nKnowledge base ready at {url}  (health: {url}healthz)")
-        if demo:
-            say("Demo logins (username / password):")
-            for username, password, role in DEMO_LOGINS:
-                say(f"  {username:<6} / {password:<6} {role}")
-        say("Press Ctrl-C to stop.")
+        start(launcher)
         return launcher.watch()
     except KeyboardInterrupt:
         say("\nStopping…")
