@@ -79,17 +79,9 @@ def admin_pages(item: Restricted, reader_answer: int) -> list[str]:
     return pages
 
 
-def test_no_restricted_sentence_reaches_anyone_outside_its_audience(
-    people: dict[str, Any], daphne: int, settings: Any
-) -> None:
-    settings.KB_ANSWER_BACKEND = "extractive"
-    started = time.monotonic()
-    people.update(people_and_access())
-    corpus = build(people)
-    clients = {name: signed_in(people[name]) for name in (*ATTACKERS, "admin")}
-    probes = Probes()
-
-    # Readers first: their answers quote the secrets; a reviewer's note repeats one.
+def readers_ask(corpus: list[Restricted], clients: dict[str, Client], people: dict[str, Any]) -> dict[str, int]:
+    """Positive controls, and something to leak: a reader of each item finds and asks every secret, and
+    files a note quoting it. Returns the id of a reader's answer per item."""
     reader_answers: dict[str, int] = {}
     for item in corpus:
         reader = sorted(item.readers)[0]
@@ -102,66 +94,88 @@ def test_no_restricted_sentence_reaches_anyone_outside_its_audience(
             # By a reviewer who may read it: nobody files feedback on an answer withheld from them.
             feedback_add(reviewer=people[reader], message=answer, kind="unsupported", note=f"Quoted: {secret.sentence}")
             reader_answers[item.key] = answer.pk
+    return reader_answers
 
+
+def probe_outsider(probes: Probes, daphne: int, name: str, client: Client, item: Restricted, reader_answer: int) -> None:
+    """Every surface, for one user outside the item's audience: searching and asking each secret, the
+    viewer, the download, the library, a reader's conversation, the review API and desk, the admin."""
+    assert item.document is not None
+    markers = item.markers()
+    reader_conversation = Message.objects.get(pk=reader_answer).conversation_id
+    for secret in item.secrets:
+        for question in secret.questions:
+            body = client.get("/api/search", {"q": question, "k": 50}).content.decode()
+            probes.check("GET /api/search", name, body, markers)
+            out = call_command("search", question, "--user", name, "--json", "--k", "50", stdout=StringIO())
+            probes.check("manage.py search", name, out, markers)
+        asked = ask(client, secret.questions[0])
+        body = client.get(f"/api/conversations/{asked['conversation']}").content.decode()
+        probes.check("POST /api/ask + GET /api/conversations/<id>", name, body, markers)
+        events, code = replay(daphne, client, asked["conversation"])
+        probes.check("/ws/chat/<own conversation>/", name, events, markers)
+
+    response = client.get(f"/documents/{item.document.pk}/")
+    probes.expect("viewer", name, response.status_code == 404, f"viewer answered {response.status_code}")
+    response = client.get(f"/documents/{item.document.pk}/download")
+    probes.expect("download", name, response.status_code == 404, f"download answered {response.status_code}")
+    probes.check("library", name, client.get("/library/", {"q": item.title}).content.decode(), markers,
+                 sent=[item.title])
+    probes.check("library", name, client.get("/library/").content.decode(), markers)
+    response = client.get(f"/api/conversations/{reader_conversation}")
+    probes.expect("GET /api/conversations/<reader's>", name, response.status_code == 404,
+                  f"answered {response.status_code}")
+    events, code = replay(daphne, client, reader_conversation)
+    probes.expect("/ws/chat/<reader's conversation>/", name, code == CLOSE_FORBIDDEN and not events,
+                  f"closed with {code} after {events[:200]!r}")
+    for path in ("/api/review/answers", f"/api/review/answers/{reader_answer}",
+                 f"/api/review/conversations/{reader_conversation}", "/review/", "/review/?filter=flagged"):
+        probes.check("review API and desk", name, client.get(path).content.decode(), markers)
+    for page in admin_pages(item, reader_answer):
+        probes.check("admin", name, client.get(page, follow=True).content.decode(), markers,
+                     sent=[page, page.partition("?q=")[2]])
+
+
+def probe_own_lists(probes: Probes, daphne: int, name: str, client: Client, corpus: list[Restricted]) -> None:
+    """What a user is sent about many documents at once: their conversations, and /ws/library/ asked to
+    watch every item's document."""
+    outside = [item for item in corpus if name not in item.readers]
+    probes.check("GET /api/conversations", name, client.get("/api/conversations").content.decode(),
+                 [m for item in outside for m in item.markers()])
+    watched = [item.document.pk for item in corpus if item.document is not None]
+    with ws(daphne, "/ws/library/", client.cookies["sessionid"].value) as socket:
+        socket.send(json.dumps({"type": "watch", "ids": watched}))
+        rows = []
+        try:
+            while True:
+                rows.append(json.loads(socket.recv(timeout=1.5)))
+        except TimeoutError:
+            pass
+    sent = {row.get("id") for row in rows}
+    for item in outside:
+        assert item.document is not None
+        probes.expect("/ws/library/", name, item.document.pk not in sent, f"status of {item.key}")
+        probes.check("/ws/library/", name, json.dumps(rows), item.markers())
+
+
+def test_no_restricted_sentence_reaches_anyone_outside_its_audience(
+    people: dict[str, Any], daphne: int, settings: Any
+) -> None:
+    settings.KB_ANSWER_BACKEND = "extractive"
+    started = time.monotonic()
+    people.update(people_and_access())
+    corpus = build(people)
+    clients = {name: signed_in(people[name]) for name in (*ATTACKERS, "admin")}
+    probes = Probes()
+
+    # Readers first: their answers quote the secrets; a reviewer's note repeats one.
+    reader_answers = readers_ask(corpus, clients, people)
     for item in corpus:
-        markers = item.markers()
-        reader_answer = Message.objects.get(pk=reader_answers[item.key])
-        reader_conversation = reader_answer.conversation_id
         for name in ATTACKERS:
-            if name in item.readers:
-                continue
-            client = clients[name]
-            for secret in item.secrets:
-                for question in secret.questions:
-                    body = client.get("/api/search", {"q": question, "k": 50}).content.decode()
-                    probes.check("GET /api/search", name, body, markers)
-                    out = call_command("search", question, "--user", name, "--json", "--k", "50", stdout=StringIO())
-                    probes.check("manage.py search", name, out, markers)
-                asked = ask(client, secret.questions[0])
-                body = client.get(f"/api/conversations/{asked['conversation']}").content.decode()
-                probes.check("POST /api/ask + GET /api/conversations/<id>", name, body, markers)
-                events, code = replay(daphne, client, asked["conversation"])
-                probes.check("/ws/chat/<own conversation>/", name, events, markers)
-
-            response = client.get(f"/documents/{item.document.pk}/")
-            probes.expect("viewer", name, response.status_code == 404, f"viewer answered {response.status_code}")
-            response = client.get(f"/documents/{item.document.pk}/download")
-            probes.expect("download", name, response.status_code == 404, f"download answered {response.status_code}")
-            probes.check("library", name, client.get("/library/", {"q": item.title}).content.decode(), markers,
-                         sent=[item.title])
-            probes.check("library", name, client.get("/library/").content.decode(), markers)
-            response = client.get(f"/api/conversations/{reader_conversation}")
-            probes.expect("GET /api/conversations/<reader's>", name, response.status_code == 404,
-                          f"answered {response.status_code}")
-            events, code = replay(daphne, client, reader_conversation)
-            probes.expect("/ws/chat/<reader's conversation>/", name, code == CLOSE_FORBIDDEN and not events,
-                          f"closed with {code} after {events[:200]!r}")
-            for path in ("/api/review/answers", f"/api/review/answers/{reader_answer.pk}",
-                         f"/api/review/conversations/{reader_conversation}", "/review/", "/review/?filter=flagged"):
-                probes.check("review API and desk", name, client.get(path).content.decode(), markers)
-            for page in admin_pages(item, reader_answer.pk):
-                probes.check("admin", name, client.get(page, follow=True).content.decode(), markers,
-                             sent=[page, page.partition("?q=")[2]])
-
-    for name in ATTACKERS:
-        client = clients[name]
-        probes.check("GET /api/conversations", name, client.get("/api/conversations").content.decode(),
-                     [m for item in corpus if name not in item.readers for m in item.markers()])
-        watched = [item.document.pk for item in corpus]
-        with ws(daphne, "/ws/library/", client.cookies["sessionid"].value) as socket:
-            socket.send(json.dumps({"type": "watch", "ids": watched}))
-            rows = []
-            try:
-                while True:
-                    rows.append(json.loads(socket.recv(timeout=1.5)))
-            except TimeoutError:
-                pass
-        sent = {row.get("id") for row in rows}
-        for item in corpus:
             if name not in item.readers:
-                probes.expect("/ws/library/", name, item.document.pk not in sent,
-                              f"status of {item.key}")
-                probes.check("/ws/library/", name, json.dumps(rows), item.markers())
+                probe_outsider(probes, daphne, name, clients[name], item, reader_answers[item.key])
+    for name in ATTACKERS:
+        probe_own_lists(probes, daphne, name, clients[name], corpus)
 
     assert Citation.objects.exists() and reader_answers
     print(f"\nleak suite: {probes.report()}\n  in {time.monotonic() - started:.0f}s")
