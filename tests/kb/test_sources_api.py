@@ -145,7 +145,7 @@ def test_add_a_source_checked_as_the_command_checks_it(shelf: dict[str, Any], tm
     cases = [
         ({"location": "https://me:s3cret@git.example.com/x.git"}, "password or token"),
         ({"kind": "folder", "location": "relative/dir"}, "absolute path"),
-        ({"kind": "site", "location": "https://intranet.example.com/"}, "not built yet"),
+        ({"kind": "site", "location": "https://bot:pw@intranet.example.com/docs/"}, "user name or password"),
         ({"path": "../etc"}, "inside the source"),
         ({"every": "5s"}, "shortest schedule"),
     ]
