@@ -15,9 +15,9 @@ from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 
-from accounts.acl import visible_documents
 from chat.models import Citation, Conversation, Feedback, Message
 from chat.selectors import messages_readable
+from kb.access import visible_documents
 from kb.admin import ReadableRowsMixin, StaffRuleMixin
 
 

@@ -17,12 +17,12 @@ from typing import Any, cast
 
 from django.db.models.functions import Substr
 
-from accounts.acl import visible_documents
 from chat.backends import Backend, BackendError, get_backend
 from chat.citations import CitationFilter, render_html
 from chat.events import ClaimPayload, Event, Timings, citation_from_source
 from chat.prompts import Source, build_prompt
 from chat.support import unsupported_claims
+from kb.access import visible_documents
 from kb.models import Chunk, Document
 from search.retrieval import Hit, SearchOptions, SearchResult, hybrid_search, reassemble
 

@@ -1,7 +1,7 @@
 """Reads: who may open a conversation or review answers, and what a given reader may see of a message.
 
 The rule for stored answers: a citation is shown only while its document is visible to
-the reader (accounts.acl, checked at read time), and an answer citing anything the
+the reader (kb.access, checked at read time), and an answer citing anything the
 reader may not see is withheld whole, since its text may quote that document.
 """
 
@@ -14,11 +14,12 @@ from typing import Any
 from django.contrib.postgres.expressions import ArraySubquery
 from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Prefetch, Q, QuerySet
 
-from accounts.acl import is_active_user, visible_documents
+from accounts.acl import is_active_user
 from chat import conf
 from chat.citations import render_html
 from chat.events import CitationPayload, ClaimPayload, Event, Timings, citation_from_stored
 from chat.models import Citation, Conversation, Feedback, Message
+from kb.access import visible_documents
 
 WITHHELD = "This answer is hidden because it draws on a document you cannot read (any more)."
 WITHHELD_ERROR = "The answer could not be finished."

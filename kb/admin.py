@@ -13,8 +13,9 @@ from django.http import HttpRequest, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from accounts.acl import document_sync_acl, folders_readable, readable_filter, staff_may, visible_folders
+from accounts.acl import readable_filter
 from kb import queues
+from kb.access import document_sync_acl, folders_readable, staff_may, visible_folders
 from kb.ingest.pipeline import RUNNING, STAGES
 from kb.ingest.version import current_index_version
 from kb.models import Chunk, Document, Folder, Source
@@ -34,7 +35,7 @@ def index_note_register(label: str, state: Callable[[], str]) -> None:
 
 
 class ReadableRowsMixin:
-    """Staff who are not superusers get only rows they may read (accounts.acl's rule), like on every other surface."""
+    """Staff who are not superusers get only rows they may read (kb.access's rule), like on every other surface."""
 
     def readable_rows(self, user: Any, queryset: QuerySet[Any]) -> QuerySet[Any]:
         """Of `queryset`, the rows `user` may read; this default serves rows that carry an `acl` (documents, chunks)."""
@@ -48,7 +49,7 @@ class ReadableRowsMixin:
 
 
 class StaffRuleMixin(ReadableRowsMixin):
-    """The staff rule on a model admin (accounts.acl.staff_may): viewing, adding, changing or deleting needs the
+    """The staff rule on a model admin (kb.access.staff_may): viewing, adding, changing or deleting needs the
     Django model permission for it, and an object the user may read, which is one of the rows listed to them.
     Superusers pass."""
 

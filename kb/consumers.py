@@ -2,7 +2,7 @@
 
 The worker announces "document N changed" on one channel-layer group
 (`kb.events.publish_document_status`); each connected page looks the document up *as its own
-user* (kb.selectors.document_status_rows, which starts from accounts.acl) and sends it
+user* (kb.selectors.document_status_rows, which starts from kb.access) and sends it
 only if that user may follow it. Announcements carry no document data, so nothing
 reaches a page through the group that its user could not read.
 

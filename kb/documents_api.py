@@ -3,7 +3,7 @@
 Handlers parse, call one selector or service of kb.selectors / kb.services, and serialize:
 the visibility, upload, replacement and access rules live there, so the API cannot drift
 from the page. Changing anything (upload, retry, re-index, access, delete, folders) follows
-the staff rule, accounts.acl.staff_may: the Django model permission for that action and read
+the staff rule, kb.access.staff_may: the Django model permission for that action and read
 access to the document or folder (superusers: anything they can reach). To anyone who is not
 staff these endpoints answer 404, as the page does; staff lacking the permission, or asking to
 change what they cannot read, get 403; what they cannot see at all is 404, like a missing one.
@@ -22,9 +22,10 @@ from ninja.errors import HttpError
 from ninja.files import UploadedFile
 from pydantic import Field, field_validator
 
-from accounts.acl import is_active_user, principals_admit, staff_may
+from accounts.acl import is_active_user, principals_admit
 from accounts.api import api_auth
 from accounts.models import Scope
+from kb.access import staff_may
 from kb.api_contract import ANY, BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, StrictIn
 from kb.forms import readers_of, upload_store, upload_target_of
 from kb.models import Document, Folder
@@ -202,7 +203,7 @@ class FolderOut(Schema):
 
 
 def _allow(request: HttpRequest, permission: str, obj: Document | Folder | None = None) -> None:
-    """The staff rule (accounts.acl.staff_may). As on the page, to anyone who is not staff these
+    """The staff rule (kb.access.staff_may). As on the page, to anyone who is not staff these
     endpoints do not exist (404); staff without `permission`, or who may not read `obj`, get 403."""
     user = request.user
     if not (is_active_user(user) and user.is_staff):

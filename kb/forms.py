@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.files.uploadedfile import UploadedFile
 
-from accounts.acl import folders_readable
+from kb.access import folders_readable
 from kb.ingest.extract import SUPPORTED, SUPPORTED_KINDS
 from kb.models import Folder
 from kb.services import UploadResult, document_upload

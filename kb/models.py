@@ -147,7 +147,7 @@ class Document(models.Model):
     source_etag = models.CharField(max_length=200, blank=True)
 
     # Access: the folder's by default, else this document's own grants. `acl` is the
-    # derived principals array (accounts.acl) copied onto every chunk.
+    # derived principals array (kb.access) copied onto every chunk.
     inherit_access = models.BooleanField(default=True)
     public = models.BooleanField(default=True)
     groups = models.ManyToManyField(Group, blank=True, related_name="kb_documents")

@@ -11,7 +11,8 @@ from django.db.models import Count, Q, QuerySet
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 
-from accounts.acl import folders_readable, is_active_user, principals_admit, visible_documents, visible_folders
+from accounts.acl import is_active_user, principals_admit
+from kb.access import folders_readable, visible_documents, visible_folders
 from kb.ingest.version import IndexVersion, current_index_version
 from kb.models import Document, Folder
 
@@ -37,7 +38,7 @@ def document_is_stale(document: Document) -> bool:
 
 
 # Reads for the browser UI --------------------------------------------------------
-# Every read of a document on behalf of a person starts from accounts.acl.visible_documents,
+# Every read of a document on behalf of a person starts from kb.access.visible_documents,
 # the one place that knows the sharing rules; nothing here re-states them.
 
 TERMINAL_STATUSES = (Document.Status.READY, Document.Status.FAILED)
@@ -102,7 +103,7 @@ def library_folders(*, user: Any) -> list[dict[str, Any]]:
     """Folders with how many documents `user` may read in each.
 
     Superusers see every folder. Other admins see the folders they may know of
-    (accounts.acl.visible_folders: those they may read, which they may upload into, and those
+    (kb.access.visible_folders: those they may read, which they may upload into, and those
     holding something they may read); everyone else only folders holding something they may
     read, so a folder name alone tells nobody what exists behind it.
     """

@@ -16,8 +16,9 @@ from django.db import transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from accounts.acl import document_stage_acl, document_sync_acl, hold_folder_grants, principals_admit, staff_may
+from accounts.acl import principals_admit
 from kb import queues
+from kb.access import document_stage_acl, document_sync_acl, hold_folder_grants, staff_may
 from kb.ingest.extract import UnsupportedFile, detect_mime
 from kb.models import Chunk, Document, Folder
 from kb.selectors import documents_replaceable
@@ -143,7 +144,7 @@ def document_upload(
 
 
 def _acts_as_staff(uploader: Any) -> bool:
-    """Uploads through the page and the API are by staff, held to the staff rule (accounts.acl.staff_may).
+    """Uploads through the page and the API are by staff, held to the staff rule (kb.access.staff_may).
     No uploader is the operator (`manage.py ingest`, the demo), who may do anything; a non-staff
     uploader comes only from code calling this directly, and matches only what they may read."""
     return uploader is not None and bool(uploader.is_staff)
@@ -251,7 +252,7 @@ def folder_set_access(*, folder: Folder, public: bool, groups: Iterable[Group] =
     """Change a folder's grants and re-derive every inheriting document; returns how many changed.
 
     The folder's row is locked first, so a reader of its grants still open (an upload, a
-    re-upload, an access change: accounts.acl.hold_folder_grants) finishes before and its
+    re-upload, an access change: kb.access.hold_folder_grants) finishes before and its
     document is re-derived here, or starts after and reads the new grants."""
     Folder.objects.select_for_update().filter(pk=folder.pk).first()
     folder.public = public

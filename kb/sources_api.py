@@ -1,7 +1,7 @@
 """/api/sources: the sources kept in sync with KB folders (docs/SOURCES.md), for scripts and the admin's peers.
 
 Handlers parse, call kb.sources (the same services as `manage.py source` and `manage.py sync`) and
-serialize. Admin-only, by the staff rule of the documents API (accounts.acl.staff_may): to anyone who
+serialize. Admin-only, by the staff rule of the documents API (kb.access.staff_may): to anyone who
 is not staff these endpoints answer 404; staff without the model permission for the action
 (`kb.view_source`, `kb.add_source`, `kb.change_source`, `kb.delete_source`) get 403; a source whose KB
 folder the caller may not read is not there for them (404), since its documents take that folder's
@@ -21,10 +21,11 @@ from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import Field
 
-from accounts.acl import folders_readable, is_active_user, staff_may
+from accounts.acl import is_active_user
 from accounts.api import api_auth
 from accounts.models import Scope
 from kb import queues
+from kb.access import folders_readable, staff_may
 from kb.api_contract import ANY, BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, StrictIn
 from kb.models import Folder, Source
 from kb.sources.git import redact

@@ -1,6 +1,6 @@
 """kb's browser pages: the library, the document viewer and downloads, and /healthz. Each one
 parses the request, calls a selector or a service, and renders; the rules live in kb.selectors,
-kb.services and accounts.acl, the upload form's in kb.forms, the document's rendering in kb.viewer.
+kb.services and kb.access, the upload form's in kb.forms, the document's rendering in kb.viewer.
 Chat's pages (Ask, Review) are in chat/views.py."""
 
 from __future__ import annotations

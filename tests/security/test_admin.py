@@ -8,10 +8,10 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from accounts.acl import visible_documents
 from accounts.tokens import token_authenticate, token_create
 from chat.models import Message
 from chat.services import answer_produce, question_ask
+from kb.access import visible_documents
 from kb.models import Chunk, Document, Folder
 from kb.services import folder_set_access
 from tests.chat.conftest import VAULT, VAULT_QUESTION

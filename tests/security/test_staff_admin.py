@@ -11,11 +11,11 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from accounts.acl import visible_documents
 from accounts.models import OidcIdentity
 from accounts.tokens import token_create
 from chat.models import Citation, Feedback, Message
 from chat.services import answer_produce, question_ask
+from kb.access import visible_documents
 from kb.models import Folder
 from kb.services import folder_set_access
 from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS, VAULT, VAULT_QUESTION
