@@ -16,8 +16,8 @@ KINDS: dict[str, Callable[[Source], list[Entry]]] = {
 
 
 def source_list_entries(source: Source) -> list[Entry]:
-    """The source's entries, or ListingError with the reason (a kind not built yet is one)."""
+    """The source's entries, or ListingError with the reason."""
     lister = KINDS.get(source.kind)
-    if lister is None:
-        raise ListingError(f"{source.kind}: this kind of source is not built yet (available: {', '.join(KINDS)})")
+    if lister is None:  # a row of a kind this version does not have (written by a newer one, or by hand)
+        raise ListingError(f"{source.kind!r}: not a kind of source this version knows (the kinds: {', '.join(KINDS)})")
     return lister(source)
