@@ -334,7 +334,7 @@ def run_inner(*, eval_set: EvalSet, overrides: Mapping[str, Any], log: Log, answ
     """
     from django.core.management import call_command
 
-    from accounts.acl import visible_documents
+    from kb.access import visible_documents
     from search.retrieval import hybrid_search
 
     timings: dict[str, Any] = {}
