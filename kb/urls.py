@@ -4,7 +4,7 @@ from django.urls import include, path
 
 from accounts.views import LoginView, LogoutView
 from chat import views as chat_views
-from kb import views
+from kb import metrics, views
 from kb.api import api
 
 handler500 = "kb.views.server_error"
@@ -12,6 +12,7 @@ handler500 = "kb.views.server_error"
 urlpatterns = [
     path("", chat_views.ask, name="ask"),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("accounts/login/", LoginView.as_view(), name="login"),
     path("accounts/logout/", LogoutView.as_view(), name="logout"),
     path("library/", views.library, name="library"),

@@ -1,0 +1,120 @@
+"""Prometheus /metrics (kb.metrics): off by default, a bearer token or client networks to scrape, and
+figures read from the real database and Redis: a real ingested document, a synced folder source with
+a broken file, and a real answered and a refused question."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings as django_settings
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
+
+from accounts.client_address import proxy_networks
+from chat.models import Message
+from kb.models import Folder, Source
+from kb.sources.sync import source_sync
+from tests.chat.conftest import EXPORT_QUESTION, OOD_QUESTION, SHIPMENTS
+from tests.chat.test_api import answered
+from tests.factories import ingested_document
+
+TOKEN = "metrics-token-7f3a"
+
+
+def scraped(client: Client, **headers: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples of a scrape as {(name, sorted labels): value}."""
+    response = client.get("/metrics", **headers)
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"].startswith("text/plain; version=")
+    samples = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+@pytest.mark.django_db
+def test_metrics_are_off_unless_a_token_or_networks_are_set(client: Client, settings: Any) -> None:
+    settings.KB_METRICS_TOKEN, settings.KB_METRICS_NETWORKS = "", []
+    assert client.get("/metrics").status_code == 404
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer anything").status_code == 404
+
+
+@pytest.mark.django_db
+def test_a_token_is_needed_and_checked(client: Client, settings: Any) -> None:
+    settings.KB_METRICS_TOKEN, settings.KB_METRICS_NETWORKS = TOKEN, []
+    missing = client.get("/metrics")
+    assert missing.status_code == 401 and missing["WWW-Authenticate"].startswith("Bearer")
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Basic {TOKEN}").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}x").status_code == 403
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 200
+
+
+@pytest.mark.django_db
+def test_networks_limit_who_may_scrape(client: Client, settings: Any) -> None:
+    settings.KB_METRICS_TOKEN, settings.KB_METRICS_NETWORKS = "", proxy_networks(["10.20.0.0/16"])
+    assert client.get("/metrics").status_code == 403  # the test client comes from 127.0.0.1
+    assert client.get("/metrics", REMOTE_ADDR="10.20.3.4").status_code == 200
+    assert client.get("/metrics", REMOTE_ADDR="10.21.3.4").status_code == 403
+    settings.KB_METRICS_TOKEN = TOKEN  # both set: both are needed
+    assert client.get("/metrics", REMOTE_ADDR="10.20.3.4").status_code == 401
+    assert client.get("/metrics", REMOTE_ADDR="10.20.3.4", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 200
+    assert client.get("/metrics", REMOTE_ADDR="10.21.3.4", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 403
+
+
+@pytest.mark.django_db
+def test_the_figures_come_from_documents_sources_queues_and_answers(
+    client: Client, settings: Any, people: dict[str, Any], tmp_path: Path
+) -> None:
+    settings.KB_METRICS_TOKEN, settings.KB_METRICS_NETWORKS = TOKEN, []
+    settings.KB_ANSWER_BACKEND = "extractive"
+    document = ingested_document(SHIPMENTS, "shipments.md")
+    share = tmp_path / "share"
+    share.mkdir()
+    (share / "policy.md").write_text("# Parking\n\nThe visitor car park behind building C opens at seven.\n")
+    (share / "broken.md").write_bytes(b"\x00\x01\x02 not text")
+    source = Source.objects.create(name="team share", kind="folder", location=str(share),
+                                   folder=Folder.objects.create(name="Share"))
+    result = source_sync(source)
+    assert result.failed == 1, result.summary()
+    assert answered(people["alice"], EXPORT_QUESTION).status == Message.Status.DONE
+    assert answered(people["alice"], OOD_QUESTION).status == Message.Status.REFUSED
+
+    samples = scraped(client, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    label = (("source", "team share"),)
+    source.refresh_from_db()
+    assert source.last_success_at is not None
+    assert samples[("kb_source_last_success_timestamp_seconds", label)] == pytest.approx(source.last_success_at.timestamp())
+    assert samples[("kb_source_index_lag_seconds", label)] == 0  # every change seen is searchable
+    assert samples[("kb_source_files_pending", label)] == 0
+    assert samples[("kb_source_files_failed", label)] == 1
+    assert samples[("kb_source_running", label)] == 0
+    assert samples[("kb_source_last_change_lag_seconds", label)] >= 0
+    assert samples[("kb_documents", (("status", "ready"),))] == 2  # the upload and the share's good file
+    assert samples[("kb_documents", (("status", "queued"),))] == 0  # every status is there, even at 0
+    chunks = document.chunk_count + 1
+    assert samples[("kb_ingest_chunks_per_second", ())] == pytest.approx(chunks / 300)
+    broker = redis.Redis.from_url(django_settings.CELERY_BROKER_URL)
+    assert samples[("kb_queue_depth", (("queue", "ingest"),))] == broker.llen("ingest")
+    assert ("kb_queue_depth", (("queue", "answers"),)) in samples
+    assert samples[("kb_answers_total", (("outcome", "answered"),))] == 1
+    assert samples[("kb_answers_total", (("outcome", "refused"),))] == 1
+    assert samples[("kb_answers_total", (("outcome", "failed"),))] == 0
+    stored = Message.objects.filter(role=Message.Role.ASSISTANT)
+    with_total = stored.exclude(total_ms=None)
+    assert samples[("kb_answer_latency_seconds_count", (("phase", "total"),))] == with_total.count() == 2
+    assert samples[("kb_answer_latency_seconds_sum", (("phase", "total"),))] == pytest.approx(
+        sum(m.total_ms or 0.0 for m in with_total) / 1000)
+    assert samples[("kb_answer_latency_seconds_bucket", (("le", "+Inf"), ("phase", "total")))] == 2
+    first = stored.exclude(first_token_ms=None)
+    assert samples[("kb_answer_latency_seconds_count", (("phase", "first_token"),))] == first.count() >= 1
+    for bound in ("0.1", "1.0", "60.0"):  # cumulative: the answers at or under each bound
+        assert samples[("kb_answer_latency_seconds_bucket", (("le", bound), ("phase", "first_token")))] == len(
+            [m for m in first if (m.first_token_ms or 0.0) <= float(bound) * 1000])
+    names = {name for name, _ in samples}
+    assert not any("shipments" in str(key).lower() for key in samples), "no document titles in labels"
+    assert {"kb_source_index_lag_seconds", "kb_queue_depth", "kb_documents", "kb_ingest_chunks_per_second",
+            "kb_answer_latency_seconds_bucket", "kb_answers_total"} <= names
