@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -163,10 +169,130 @@ def stop_process(process: subprocess.Popen[Any], timeout: float = 30) -> None:
             process.wait()
 
 
-@pytest.fixture
-def celery_worker(transactional_db: None) -> Iterator[subprocess.Popen[str]]:
-    worker = start_worker()
+class SharedWorker:
+    """The session's worker on both queues (start_worker's defaults): a worker start loads the embedding model
+    (~10 s of CPU), so tests that only need a worker share this one. Between them it is stopped (SIGSTOP): it
+    takes no task that a test's own worker should run and answers no ping, as if no worker ran."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[str] | None = None
+        self.hostname = ""
+
+    def get(self) -> subprocess.Popen[str]:
+        """Running and answering: continued where it was stopped, started where there is none (or it died)."""
+        from kb.celery import app
+
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGCONT)
+            if app.control.ping(destination=[self.hostname], timeout=10):
+                return self.process
+            self.stop()  # continued but deaf (its broker connection went while it was stopped): a new one
+        self.hostname = f"celery-session-worker-{os.getpid()}-{time.monotonic_ns()}@localhost"
+        self.process = start_worker("celery-session-worker", hostname=self.hostname)
+        return self.process
+
+    def pause(self, timeout: float = 60) -> None:
+        """Before the test's tables are emptied: once the worker has finished what the test queued (nothing
+        waiting in Redis, active, reserved or scheduled), stop it; one that does not get there goes."""
+        import redis
+        from django.conf import settings
+
+        from kb.celery import app
+
+        if self.process is None or self.process.poll() is not None:
+            return
+        broker = redis.Redis.from_url(settings.REDIS_URL)
+        inspect = app.control.inspect(destination=[self.hostname], timeout=2)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not broker.llen(INGEST) and not broker.llen(ANSWERS):
+                replies = [inspect.active(), inspect.reserved(), inspect.scheduled()]
+                if all(reply and not reply.get(self.hostname) for reply in replies):
+                    os.killpg(self.process.pid, signal.SIGSTOP)
+                    return
+            time.sleep(0.2)
+        self.stop()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGCONT)  # a stopped process would not act on SIGTERM
+            stop_process(self.process)
+            self.process = None
+
+
+@pytest.fixture(scope="session")
+def _shared_worker(django_db_setup: None) -> Iterator[SharedWorker]:
+    shared = SharedWorker()
     try:
-        yield worker
+        yield shared
     finally:
-        stop_process(worker)
+        shared.stop()
+
+
+@pytest.fixture
+def celery_worker(transactional_db: None, _shared_worker: SharedWorker) -> Iterator[subprocess.Popen[str]]:
+    """A real worker on both queues reading the test database: the session's (SharedWorker). Tests that stop,
+    kill or configure a worker start their own (start_worker)."""
+    yield _shared_worker.get()
+    _shared_worker.pause()
+
+
+def wait_until_serving(
+    base: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 60, path: str = "accounts/login/"
+) -> None:
+    """Until GET base+path answers 200; fails with the server's log when it exits or takes too long."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"{log.name}: the server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(base + path, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"{log.name}: the server did not serve within {timeout}s:\n{log.read_text()[-3000:]}")
+
+
+@contextmanager
+def daphne(name: str = "web", **env: str) -> Iterator[str]:
+    """Daphne (HTTP + websockets, the app's own static files) on the test database, with extra
+    environment (e.g. single sign-on settings); yields its base URL."""
+    from django.conf import settings
+
+    from kb.runtime.embedded import free_port
+    from kb.runtime.launcher import web_argv
+
+    port = free_port()
+    OUTPUT.mkdir(exist_ok=True)
+    log = OUTPUT / f"daphne-{name}.log"
+    with open(log, "wb") as out:
+        # The same SECRET_KEY as this process, so sessions made here (force_login) are valid there.
+        child_env = service_env(SECRET_KEY=settings.SECRET_KEY, **env)
+        process = subprocess.Popen(
+            web_argv("127.0.0.1", port),
+            cwd=ROOT, env=child_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}/"
+    try:
+        wait_until_serving(base, process, log)
+        yield base
+    finally:
+        stop_process(process, 20)
+
+
+def port_of(base: str) -> int:
+    port = urlsplit(base).port
+    assert port is not None, base
+    return port
+
+
+@pytest.fixture(scope="session")
+def web_server(django_db_setup: None) -> Iterator[str]:
+    """The session's Daphne, as `make run` starts it, with this process's SECRET_KEY; its base URL. Tests using
+    it are transactional, so what they commit is what it serves, and the tables are emptied between tests.
+    Tests that need other settings in the server, or stop it, start their own (daphne)."""
+    with daphne() as base:
+        yield base

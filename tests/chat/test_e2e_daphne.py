@@ -29,10 +29,9 @@ from chat.consumers import CLOSE_FORBIDDEN
 from chat.services import question_ask
 from kb.models import Document
 from kb.queues import ANSWERS
-from kb.runtime.launcher import web_argv
 from tests.chat.conftest import EXPORT_QUESTION
 from tests.chat.openai_stub import StubOpenAI
-from tests.conftest import OUTPUT, ROOT, service_env, stop_process
+from tests.conftest import OUTPUT, ROOT, port_of, service_env, stop_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -119,20 +118,19 @@ def ask_over_http(port: int, user: Any, question: str) -> dict[str, Any] | None:
 
 
 def test_a_real_socket_through_daphne_and_a_worker(
-    corpus: dict[str, Document], people: dict[str, Any], settings: Any
+    corpus: dict[str, Document], people: dict[str, Any], settings: Any, web_server: str
 ) -> None:
+    """On the session's Daphne: only the worker answers, so only the worker needs the stand-in model server."""
     from kb.celery import app
 
-    port = free_port()
+    port = port_of(web_server)
     hostname = f"chat-e2e-{os.getpid()}-{time.monotonic_ns()}@localhost"
     with StubOpenAI(TOKENS, pause_after=5) as stub:
         env = service_env(SECRET_KEY=settings.SECRET_KEY, KB_ANSWER_BACKEND="openai", KB_OPENAI_BASE_URL=stub.url,
                           KB_OPENAI_READ_TIMEOUT="45", DEBUG="0")
-        with child("daphne", web_argv("127.0.0.1", port), env) as web, \
-             child("worker", [sys.executable, "-m", "celery", "-A", "kb", "worker", "--pool", "solo", "--hostname",
+        with child("worker", [sys.executable, "-m", "celery", "-A", "kb", "worker", "--pool", "solo", "--hostname",
                               hostname, "--queues", ANSWERS, "--without-gossip", "--without-mingle", "--loglevel", "INFO"], env) as worker:
-            wait_until(lambda: listening(port), "daphne", [web, worker])
-            wait_until(lambda: bool(app.control.ping(destination=[hostname], timeout=0.5)), "worker", [web, worker])
+            wait_until(lambda: bool(app.control.ping(destination=[hostname], timeout=0.5)), "worker", [worker])
 
             alice = people["alice"]
             asked = ask_over_http(port, alice, EXPORT_QUESTION)

@@ -32,8 +32,7 @@ from django.contrib.auth.models import User
 from accounts.models import Scope
 from accounts.tokens import token_create
 from kb.queues import ANSWERS, INGEST
-from tests.chat.test_e2e_daphne import child, free_port, listening, wait_until
-from tests.conftest import OUTPUT, ROOT, service_env
+from tests.conftest import OUTPUT, ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -70,20 +69,17 @@ def run_schemathesis(base: str, token: str, report: Path) -> subprocess.Complete
     return subprocess.run(argv, cwd=report.parent, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_the_api_survives_its_own_schema_fuzzed(people: dict[str, Any], settings: Any, capsys: Any) -> None:
+def test_the_api_survives_its_own_schema_fuzzed(people: dict[str, Any], web_server: str, capsys: Any) -> None:
+    """Against the session's Daphne, as `make run` serves the app."""
     token = fuzzer_token(people["admin"], people["groups"]["support"])
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "kb.asgi:application"]
+    base = web_server.rstrip("/")
     out = OUTPUT / "fuzz"
     out.mkdir(parents=True, exist_ok=True)
     report = out / "report.json"
     report.unlink(missing_ok=True)
     try:
-        with child("fuzz-daphne", argv, service_env(SECRET_KEY=settings.SECRET_KEY)) as web:
-            wait_until(lambda: listening(port), "daphne", [web])
-            warm_up(base, token)
-            run = run_schemathesis(base, token, report)
+        warm_up(base, token)
+        run = run_schemathesis(base, token, report)
     finally:
         # The fuzzer's uploads and questions queued work for rows this test's teardown deletes.
         redis.Redis.from_url(django_settings.REDIS_URL).delete(INGEST, ANSWERS)

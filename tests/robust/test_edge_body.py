@@ -56,10 +56,12 @@ class Server:
         return total + sum(path.stat().st_size for path in self.tmpdir.rglob("*") if path.is_file())
 
 
-@pytest.fixture
-def server(tmp_path: Path, settings: Any) -> Iterator[Server]:
-    tmpdir = tmp_path / "daphne-tmp"
-    tmpdir.mkdir()
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, django_db_setup: None) -> Iterator[Server]:
+    """One server for this module's tests: each request's spool goes when its request ends."""
+    from django.conf import settings
+
+    tmpdir = tmp_path_factory.mktemp("daphne-tmp")
     port = free_port()
     env = service_env(SECRET_KEY=settings.SECRET_KEY, KB_MAX_BODY_KB=str(BODY_LIMIT // 1024), KB_MAX_UPLOAD_MB="1",
                       TMPDIR=str(tmpdir))

@@ -31,9 +31,8 @@ from kb.celery import app
 from kb.ingest import extract
 from kb.ingest.extract import UnsupportedFile
 from kb.models import Document
-from tests.conftest import start_worker, stop_process
+from tests.conftest import daphne, start_worker, stop_process
 from tests.robust.test_extraction_limits import docx_bomb, docx_swarm
-from tests.web.conftest import daphne
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

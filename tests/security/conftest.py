@@ -1,27 +1,19 @@
-"""Security-suite fixtures: one real Daphne on the test database for the websocket surfaces."""
+"""Security-suite fixtures: the session's real Daphne on the test database for the websocket surfaces."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.test import Client
 
-from tests.chat.test_e2e_daphne import child, free_port, listening, wait_until
-from tests.conftest import service_env
+from tests.conftest import port_of
 
 
 @pytest.fixture
-def daphne(settings: Any) -> Iterator[int]:
-    """A Daphne serving kb.asgi on a free port; yields the port."""
-    port = free_port()
-    env = service_env(SECRET_KEY=settings.SECRET_KEY, DEBUG="0", KB_ANSWER_BACKEND="extractive")
-    argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "kb.asgi:application"]
-    with child("security-daphne", argv, env) as web:
-        wait_until(lambda: listening(port), "daphne", [web])
-        yield port
+def daphne(web_server: str) -> int:
+    """The port of the session's Daphne (tests.conftest.web_server), which serves kb.asgi as `make run` does."""
+    return port_of(web_server)
 
 
 def signed_in(user: Any) -> Client:

@@ -1,21 +1,16 @@
-"""Browser-test fixtures: a real Daphne serving the app on the test database, Debian's
-Chromium driven through the pip `playwright` package, documents built by the real pipeline."""
+"""Browser-test fixtures: Debian's Chromium driven through the pip `playwright` package against the session's
+real Daphne (tests.conftest.web_server), documents built by the real pipeline."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import OUTPUT, ROOT, service_env, stop_process
+from tests.conftest import OUTPUT
 from tests.factories import ingested_document
 
 CHROMIUM = "/usr/bin/chromium"
@@ -55,62 +50,6 @@ def library_docs(people: dict[str, Any]) -> dict[str, Any]:
         "payroll-secrets.md", folder=finance,
     )
     return {"everyone": everyone, "finance": finance, "public": public, "secret": secret}
-
-
-# --------------------------------------------------------------------------- server
-
-
-def wait_until_serving(
-    base: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 60, path: str = "accounts/login/"
-) -> None:
-    """Until GET base+path answers 200; fails with the server's log when it exits or takes too long."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"{log.name}: the server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(base + path, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"{log.name}: the server did not serve within {timeout}s:\n{log.read_text()[-3000:]}")
-
-
-@contextmanager
-def daphne(name: str = "web", **env: str) -> Iterator[str]:
-    """Daphne (HTTP + websockets, the app's own static files) on the test database, with extra
-    environment (e.g. single sign-on settings); yields its base URL."""
-    from django.conf import settings
-
-    from kb.runtime.embedded import free_port
-    from kb.runtime.launcher import web_argv
-
-    port = free_port()
-    OUTPUT.mkdir(exist_ok=True)
-    log = OUTPUT / f"daphne-{name}.log"
-    with open(log, "wb") as out:
-        # The same SECRET_KEY as this process, so sessions made here (force_login) are valid there.
-        child_env = service_env(SECRET_KEY=settings.SECRET_KEY, **env)
-        process = subprocess.Popen(
-            web_argv("127.0.0.1", port),
-            cwd=ROOT, env=child_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    base = f"http://127.0.0.1:{port}/"
-    try:
-        wait_until_serving(base, process, log)
-        yield base
-    finally:
-        stop_process(process, 20)
-
-
-@pytest.fixture(scope="session")
-def web_server(django_db_setup: None) -> Iterator[str]:
-    """Session-wide: tests using it are transactional, so what they commit is what it serves,
-    and the tables are emptied between tests."""
-    with daphne() as base:
-        yield base
 
 
 # --------------------------------------------------------------------------- browser

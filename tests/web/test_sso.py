@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import OUTPUT, ROOT, stop_process
+from tests.conftest import OUTPUT, ROOT, daphne, stop_process, wait_until_serving
 from tests.factories import ingested_document
-from tests.web.conftest import daphne, wait_until_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
