@@ -22,6 +22,8 @@ from kb.models import Chunk, Document, Folder, Source
 from kb.selectors import document_is_stale, documents_stale
 from kb.services import document_delete, document_queue_ingest, folder_sync_documents
 from kb.sources.git import redact
+from kb.sources.secrets import secret_state
+from kb.sources.selectors import lag_of, sources_lag, with_lag
 from kb.sources.services import source_remove
 
 # What the document list names beside the index version, as (label, current state): search adds
@@ -266,18 +268,28 @@ class ChunkAdmin(StaffRuleMixin, admin.ModelAdmin):
 
 @admin.register(Source)
 class SourceAdmin(StaffRuleMixin, admin.ModelAdmin):
-    """Where documents come from and how their last run went; "Sync now" queues a run. Adding and changing a
-    source go through `manage.py source` or /api/sources, which check the location (kb.sources.services)."""
+    """Where documents come from, how their last run went (live while it runs: kb/static/kb/sources.js polls
+    /api/sources) and how far the index is behind; "Sync now" queues a run. Adding and changing a source go
+    through `manage.py source` or /api/sources, which check the location (kb.sources.services)."""
 
-    list_display = ("name", "kind", "shown_location", "folder", "every", "last_run", "last_finished_at",
+    list_display = ("name", "kind", "shown_location", "folder", "every", "last_run", "index_lag", "last_finished_at",
                     "last_success_at")
     list_select_related = ("folder",)
     list_filter = ("kind", "last_status")
     search_fields = ("name",)
-    fields = ("name", "kind", "shown_location", "branch", "path", "folder", "include", "exclude", "every",
-              "shrink_guard", "last_run", "last_reason", "last_started_at", "last_finished_at", "last_success_at")
+    fields = ("name", "kind", "shown_location", "secret_state", "branch", "path", "folder", "include", "exclude",
+              "every", "shrink_guard", "last_run", "last_reason", "last_started_at", "last_finished_at",
+              "last_success_at", "index_lag", "failed_files")
     readonly_fields = fields
     actions = ["sync_now"]
+
+    class Media:
+        css = {"all": ("kb/admin.css",)}
+        js = ("kb/sources.js",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Source]:
+        sources: QuerySet[Source] = super().get_queryset(request)
+        return with_lag(sources)  # each row's lag figures in the list's own query
 
     def readable_rows(self, user: Any, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset.filter(folder__in=folders_readable(user))
@@ -293,15 +305,40 @@ class SourceAdmin(StaffRuleMixin, admin.ModelAdmin):
     def shown_location(self, obj: Source) -> str:
         return redact(obj.location)
 
+    @admin.display(description="Credential")
+    def secret_state(self, obj: Source) -> str:
+        return secret_state(obj)
+
     @admin.display(description="Last run", ordering="last_status")
     def last_run(self, obj: Source) -> str:
         if not obj.last_status:
-            return "never run"
-        counts = (f"listed {obj.last_listed} · unchanged {obj.last_unchanged} · changed {obj.last_changed} · "
-                  f"new {obj.last_new} · deleted {obj.last_deleted} · renamed {obj.last_renamed} · "
-                  f"failed {obj.last_failed} · chunks embedded {obj.last_chunks_embedded}")
-        return format_html('<span class="kb-badge kb-{}">{}</span> <small>{}</small><div class="kb-reason">{}</div>',
-                           obj.last_status, obj.get_last_status_display(), counts, obj.last_reason)
+            return format_html('<div data-source-run="{}">never run</div>', obj.pk)
+        if obj.last_status == Source.RunStatus.RUNNING:
+            counts = (f"{obj.last_step}: listed {obj.last_listed} · {obj.last_planned} changes · "
+                      f"indexed {obj.last_indexed} of {obj.last_to_index} · failed {obj.last_failed}")
+        else:
+            counts = (f"listed {obj.last_listed} · unchanged {obj.last_unchanged} · changed {obj.last_changed} · "
+                      f"new {obj.last_new} · deleted {obj.last_deleted} · renamed {obj.last_renamed} · "
+                      f"failed {obj.last_failed} · chunks embedded {obj.last_chunks_embedded}")
+        return format_html('<div data-source-run="{}"><span class="kb-badge kb-{}">{}</span> <small>{}</small>'
+                           '<div class="kb-reason">{}</div></div>',
+                           obj.pk, obj.last_status, obj.get_last_status_display(), counts, obj.last_reason)
+
+    @admin.display(description="Index lag")
+    def index_lag(self, obj: Source) -> str:
+        lag = lag_of(obj)
+        last = "—" if obj.last_lag_seconds is None else f"{obj.last_lag_seconds:.0f} s"
+        return format_html('<span data-source-lag="{}">behind {} s · pending {} · failed {}</span>'
+                           '<div><small>last change searchable after {}</small></div>',
+                           obj.pk, f"{lag.lag_seconds():.0f}", lag.pending, lag.failed, last)
+
+    @admin.display(description="Failed files")
+    def failed_files(self, obj: Source) -> str:
+        failures = sources_lag([obj.pk], failures=True)[obj.pk].failures
+        if not failures:
+            return "none"
+        return format_html("<ul>{}</ul>", format_html_join("", '<li><code>{}</code>: <span class="kb-reason">{}</span></li>',
+                                                           failures))
 
     @admin.action(description="Sync now", permissions=["change"])
     def sync_now(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:

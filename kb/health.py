@@ -9,6 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from django.utils import timezone
 
 Check = Callable[[], dict[str, Any]]
 
@@ -128,6 +129,24 @@ def health_report(checks: dict[str, Check] | None = None) -> dict[str, Any]:
             results[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     failed = [name for name, result in results.items() if not result["ok"]]
     return {"ok": not failed, "failed": failed, "checks": results}
+
+
+def sources_report(user: Any) -> list[dict[str, Any]]:
+    """Each source `user` may see by the staff rule (kb.sources.selectors.sources_viewable), with its index
+    lag: staff detail beside the checks. It does not move `ok`: a source behind is not the service down."""
+    from kb.sources.selectors import lag_of, sources_viewable, with_lag
+
+    now = timezone.now()
+    report = []
+    for source in with_lag(sources_viewable(user)):
+        lag = lag_of(source)
+        report.append({
+            "name": source.name, "kind": source.kind, "last_status": source.last_status, "last_reason": source.last_reason,
+            "last_success_at": source.last_success_at.isoformat() if source.last_success_at else None,
+            "lag_seconds": round(lag.lag_seconds(now), 3), "last_change_lag_seconds": source.last_lag_seconds,
+            "files_pending": lag.pending, "files_failed": lag.failed,
+        })
+    return report
 
 
 def public_summary(report: dict[str, Any]) -> dict[str, Any]:

@@ -5,8 +5,9 @@ serialize. Admin-only, by the staff rule of the documents API (kb.access.staff_m
 is not staff these endpoints answer 404; staff without the model permission for the action
 (`kb.view_source`, `kb.add_source`, `kb.change_source`, `kb.delete_source`) get 403; a source whose KB
 folder the caller may not read is not there for them (404), since its documents take that folder's
-access. Credentials are never part of a source (kb.sources.git refuses them in a location), and a
-location is shown with any `user@` part of a URL redacted. Tokens need `documents:read` to read and
+access. A source's token or password is written as `secret` and never shown back (`credential` says
+whether one is set), never part of its location (kb.sources.git refuses one there), and a location is shown with any
+`user@` part of a URL redacted. Tokens need `documents:read` to read and
 `documents:write` to change anything.
 """
 
@@ -29,6 +30,8 @@ from kb.access import folders_readable, staff_may
 from kb.api_contract import ANY, BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, StrictIn
 from kb.models import Folder, Source
 from kb.sources.git import redact
+from kb.sources.secrets import secret_state
+from kb.sources.selectors import SourceLag, sources_lag
 from kb.sources.services import SourceNameTaken, SourceRejected, parse_every, source_change, source_create, source_remove
 from kb.sources.sync import SourceBusy
 
@@ -37,6 +40,9 @@ sources = Router(tags=["sources"])
 
 RunStatusName = Literal["", "running", "ok", "failed", "held"]
 GLOB = Field(min_length=1, max_length=500, pattern=NO_NUL)
+CREDENTIAL_HELP = ("A token or password for the location (git over https, a site), sent only to it; write-only: "
+                      "never shown back, and dropped when the location changes. The KB_SOURCE_<NAME>_TOKEN setting "
+                      "(or its _FILE) takes precedence")
 
 
 # --------------------------------------------------------------------------- schemas
@@ -63,6 +69,8 @@ class SourceIn(StrictIn):
                               description="Schedule: 90s, 15m, 2h, 1d (at least 60 s); null: by hand", examples=["15m"])
     shrink_guard: float = Field(default=0.5, ge=0, le=1, description="A run that would delete more than this share "
                                 "of the source's documents waits for a confirmed run", examples=[0.5])
+    secret: str = Field(default="", max_length=2000, pattern=NO_NUL, description=CREDENTIAL_HELP,
+                        examples=["glpat-XXXXXXXXXXXXXXXXXXXX"], json_schema_extra={"writeOnly": True})
 
 
 class SourceChangeIn(StrictIn):
@@ -78,13 +86,23 @@ class SourceChangeIn(StrictIn):
     every: str | None = Field(default=None, max_length=20, pattern=NO_NUL,
                               description="90s, 15m, 2h, 1d; null or empty: by hand only", examples=["1h"])
     shrink_guard: float | None = Field(default=None, ge=0, le=1, examples=[0.5])
+    secret: str | None = Field(default=None, max_length=2000, pattern=NO_NUL,
+                               description=CREDENTIAL_HELP + "; an empty string removes it",
+                               examples=["glpat-XXXXXXXXXXXXXXXXXXXX"], json_schema_extra={"writeOnly": True})
 
 
 class RunOut(Schema):
+    """The last run; while `status` is running, the figures so far (they move as it goes)."""
+
     status: RunStatusName = Field(description="The last run: empty when never run; held: the listing shrank "
                                   "past the guard, nothing was changed", examples=["ok"])
     reason: str = Field(description="Why it failed or was held", examples=[""])
+    step: Literal["", "listing", "applying", "indexing"] = Field(description="While running: what it does now",
+                                                                  examples=["indexing"])
     listed: int = Field(examples=[120])
+    planned: int = Field(description="Changes found: changed, new, deleted and renamed files", examples=[3])
+    to_index: int = Field(description="Documents the run indexes", examples=[3])
+    indexed: int = Field(description="Of those, indexed so far (ready or failed)", examples=[2])
     unchanged: int = Field(examples=[117])
     changed: int = Field(examples=[2])
     new: int = Field(examples=[1])
@@ -94,6 +112,24 @@ class RunOut(Schema):
     chunks_embedded: int = Field(examples=[4])
     started_at: datetime | None
     finished_at: datetime | None
+
+
+class FailureOut(Schema):
+    path: str = Field(description="The file's path at the source", examples=["docs/scan.pdf"])
+    reason: str = Field(examples=["no text layer and OCR found no text"])
+
+
+class LagOut(Schema):
+    """How far the index is behind the source (docs/SOURCES.md, "Index lag")."""
+
+    seconds: float = Field(description="Age of the oldest change seen at the source that is not searchable yet; "
+                           "0 when every change seen is", examples=[0.0])
+    pending: int = Field(description="Changes seen, not searchable yet", examples=[0])
+    failed: int = Field(description="Files that failed (their reasons in `failures`)", examples=[1])
+    failures: list[FailureOut] = Field(description="The failed files, the first 20 by path")
+    last_change_seconds: float | None = Field(description="The longest lag (change at the source -> searchable) "
+                                              "of the last changes made searchable", examples=[42.5])
+    listed_at: datetime | None = Field(description="When a run last listed the source")
 
 
 class SourceOut(Schema):
@@ -111,8 +147,11 @@ class SourceOut(Schema):
     every_seconds: int | None = Field(description="Seconds between scheduled runs; null: by hand", examples=[900])
     shrink_guard: float = Field(examples=[0.5])
     documents: int = Field(description="Documents it keeps in the folder", examples=[118])
+    credential: str = Field(description="Whether a token or password is set, and by what; never the value",
+                            examples=["not set", "set", "set by KB_SOURCE_HANDBOOK_TOKEN"])
     last_run: RunOut
     last_success_at: datetime | None = Field(description="When a run last ended ok")
+    index_lag: LagOut
     created_at: datetime
 
 
@@ -156,8 +195,9 @@ def _every(value: str | None) -> int | None:
     return parse_every(value) if value else None
 
 
-def _out(source: Source) -> dict[str, Any]:
+def _out(source: Source, lag: SourceLag | None = None) -> dict[str, Any]:
     count = getattr(source, "document_count", None)
+    lag = lag or sources_lag([source.pk], failures=True)[source.pk]
     return {
         "id": source.pk,
         "name": source.name,
@@ -172,10 +212,15 @@ def _out(source: Source) -> dict[str, Any]:
         "every_seconds": source.every,
         "shrink_guard": source.shrink_guard,
         "documents": count if count is not None else source.documents.count(),
+        "credential": secret_state(source),
         "last_run": {
             "status": source.last_status,
             "reason": source.last_reason,
+            "step": source.last_step,
             "listed": source.last_listed,
+            "planned": source.last_planned,
+            "to_index": source.last_to_index,
+            "indexed": source.last_indexed,
             "unchanged": source.last_unchanged,
             "changed": source.last_changed,
             "new": source.last_new,
@@ -187,6 +232,14 @@ def _out(source: Source) -> dict[str, Any]:
             "finished_at": source.last_finished_at,
         },
         "last_success_at": source.last_success_at,
+        "index_lag": {
+            "seconds": lag.lag_seconds(),
+            "pending": lag.pending,
+            "failed": lag.failed,
+            "failures": [{"path": path, "reason": reason} for path, reason in lag.failures],
+            "last_change_seconds": source.last_lag_seconds,
+            "listed_at": source.last_listed_at,
+        },
         "created_at": source.created_at,
     }
 
@@ -202,7 +255,9 @@ def _fresh(request: HttpRequest, source: Source) -> dict[str, Any]:
 def source_index(request: HttpRequest) -> list[dict[str, Any]]:
     """The sources whose KB folder the caller may read, by name, with their last run. Needs `kb.view_source`."""
     _allow(request, "kb.view_source")
-    return [_out(source) for source in _readable(request)]
+    found = list(_readable(request))
+    lags = sources_lag([source.pk for source in found], failures=True)
+    return [_out(source, lags[source.pk]) for source in found]
 
 
 @sources.post("", response={201: SourceOut, 409: ErrorOut, **BODY, **NOT_FOUND}, auth=WRITE, summary="Add a source")
@@ -217,7 +272,8 @@ def source_add(request: HttpRequest, payload: SourceIn) -> Status[dict[str, Any]
     try:
         source = source_create(name=payload.name, kind=payload.kind, location=payload.location, folder_name=folder.name,
                                branch=payload.branch, path=payload.path, include=payload.include,
-                               exclude=payload.exclude, every=_every(payload.every), shrink_guard=payload.shrink_guard)
+                               exclude=payload.exclude, every=_every(payload.every), shrink_guard=payload.shrink_guard,
+                               secret=payload.secret)
     except SourceNameTaken as exc:
         raise HttpError(409, str(exc)) from None
     except SourceRejected as exc:
@@ -235,7 +291,8 @@ def source_detail(request: HttpRequest, pk: int) -> dict[str, Any]:
                summary="Change a source")
 def source_edit(request: HttpRequest, pk: int, payload: SourceChangeIn) -> dict[str, Any]:
     """Change the fields given, checked as when adding (400 with the reason, 409 for a taken name). The next
-    run lists what the new settings select. Needs `kb.change_source` and read access to its folder."""
+    run lists what the new settings select; a new location drops the secret unless one is given with it.
+    Needs `kb.change_source` and read access to its folder."""
     source = _source(request, pk, "kb.change_source")
     changes = payload.model_dump(exclude_unset=True)
     if "every" in changes:

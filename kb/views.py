@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from kb import outage
 from kb.forms import UploadForm, upload_choices
-from kb.health import health_report, public_summary
+from kb.health import health_report, public_summary, sources_report
 from kb.ingest.extract import PDF
 from kb.middleware import allow_remote_images
 from kb.models import Document
@@ -33,6 +33,7 @@ from kb.selectors import (
     user_can_manage_documents,
 )
 from kb.services import DocumentStateConflict, UploadRejected, document_retry
+from kb.sources.selectors import sources_viewable, with_lag
 from kb.viewer import page_of, parse_range, render_document
 
 
@@ -49,7 +50,7 @@ def server_error(request: HttpRequest) -> HttpResponse:
 @never_cache
 def healthz(request: HttpRequest) -> JsonResponse:
     report = health_report()
-    body = report if request.user.is_staff else public_summary(report)
+    body = {**report, "sources": sources_report(request.user)} if request.user.is_staff else public_summary(report)
     return JsonResponse(body, status=200 if report["ok"] else 503)
 
 
@@ -129,6 +130,8 @@ def library(request: HttpRequest) -> HttpResponse:
     }
     if manage:
         context.update(upload_choices(request.user))
+    # Staff who may see sources (kb.view_source, their folder readable) follow their runs here too.
+    context["sources"] = list(with_lag(sources_viewable(request.user).select_related("folder")))
     return render(request, "library.html", context)
 
 
