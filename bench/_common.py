@@ -153,7 +153,7 @@ def run_in_scratch_database(script: Path, extra: list[str]) -> dict[str, Any]:
     from django.conf import settings
     from django.db import connection
 
-    from search.evaluation.runner import database_url, scratch_database
+    from lab.evaluation.runner import database_url, scratch_database
 
     with scratch_database(connection.settings_dict) as name, tempfile.TemporaryDirectory(prefix="kb-bench-") as tmp:
         print(f"scratch database {name} (dropped at the end); ingesting the corpus …", file=sys.stderr)

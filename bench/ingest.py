@@ -62,7 +62,7 @@ def outer(corpus: Path, runs: int) -> int:
     from django.conf import settings
     from django.db import connection
 
-    from search.evaluation.runner import database_url, scratch_database
+    from lab.evaluation.runner import database_url, scratch_database
 
     with scratch_database(connection.settings_dict) as name:
         env = dict(os.environ, DATABASE_URL=database_url(connection.settings_dict, name),

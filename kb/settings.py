@@ -78,6 +78,7 @@ INSTALLED_APPS = [
     "accounts",
     "search",
     "chat",
+    "lab",  # `manage.py evaluate` and `calibrate`; serving code never imports it
 ]
 
 MIDDLEWARE = [

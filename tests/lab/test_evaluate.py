@@ -170,7 +170,7 @@ def test_dump_and_chunks_have_the_design_shapes(demo_run: DemoRun) -> None:
         assert chunk["end"] > chunk["start"] and chunk["content"] and chunk["tokens"] > 0
 
 
-# An independent scorer, written from the set's README: it shares no code with search.evaluation.
+# An independent scorer, written from the set's README: it shares no code with lab.evaluation.
 
 
 def _norm(text: str) -> str:

@@ -29,8 +29,8 @@ from urllib.parse import quote, urlencode
 from django.conf import settings
 from django.db import connection
 
-from search.evaluation import answers as answers_module
-from search.evaluation import metrics
+from lab.evaluation import answers as answers_module
+from lab.evaluation import metrics
 from search.retrieval import SearchOptions
 
 Log = Callable[[str], None]

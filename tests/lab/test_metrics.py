@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from search.evaluation import metrics, runner
-from search.evaluation.runner import EvaluationError
+from lab.evaluation import metrics, runner
+from lab.evaluation.runner import EvaluationError
 
 
 def test_needle_matching_normalises_whitespace_but_is_otherwise_exact() -> None:

@@ -7,10 +7,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from search import answerability
-from search.answerability import AnswerabilityError
-from search.evaluation import runner
-from search.evaluation.runner import EvaluationError
+from lab import calibration
+from lab.evaluation import runner
+from lab.evaluation.runner import EvaluationError
+from search.answerability import SIGNALS, AnswerabilityError
 
 
 class Command(BaseCommand):
@@ -29,11 +29,11 @@ class Command(BaseCommand):
         parser.add_argument("--target", type=float, default=0.05,
                             help="Share of answerable questions the cutoff may refuse on the data it is fitted on "
                                  "(default 0.05)")
-        parser.add_argument("--l2", type=float, default=answerability.DEFAULT_L2,
-                            help=f"L2 penalty on the standardised coefficients (default {answerability.DEFAULT_L2:g})")
-        parser.add_argument("--features", default=",".join(answerability.DEFAULT_FEATURES),
-                            help=f"Comma-separated signals (default {','.join(answerability.DEFAULT_FEATURES)}; "
-                                 f"known: {','.join(answerability.SIGNALS)})")
+        parser.add_argument("--l2", type=float, default=calibration.DEFAULT_L2,
+                            help=f"L2 penalty on the standardised coefficients (default {calibration.DEFAULT_L2:g})")
+        parser.add_argument("--features", default=",".join(calibration.DEFAULT_FEATURES),
+                            help=f"Comma-separated signals (default {','.join(calibration.DEFAULT_FEATURES)}; "
+                                 f"known: {','.join(SIGNALS)})")
         parser.add_argument("--samples", type=Path,
                             help="Refit from the signals an earlier --out file holds instead of running retrieval")
         parser.add_argument("--reuse-index", metavar="NAME", help="As for `evaluate`: keep and reuse the index")
@@ -41,9 +41,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, eval_dir: Path, out: Path, plot: Path | None, folds: int, target: float,
                l2: float, features: str, samples: Path | None, reuse_index: str | None, **options: Any) -> str:
         names = tuple(f.strip() for f in features.split(",") if f.strip())
-        unknown = sorted(set(names) - set(answerability.SIGNALS))
+        unknown = sorted(set(names) - set(SIGNALS))
         if unknown or not names:
-            raise CommandError(f"--features: unknown {unknown}; choose from {', '.join(answerability.SIGNALS)}")
+            raise CommandError(f"--features: unknown {unknown}; choose from {', '.join(SIGNALS)}")
         if not 0 <= target < 1 or l2 < 0:
             raise CommandError("--target must be in [0, 1) and --l2 at least 0")
         if reuse_index and not re.fullmatch(r"[a-z0-9_]{1,30}", reuse_index):
@@ -53,9 +53,9 @@ class Command(BaseCommand):
             records = (_saved_records(samples) if samples else
                        runner.run_isolated(eval_dir=eval_dir, overrides=[], log=self._log,
                                            reuse_index=reuse_index)["records"])
-            data = answerability.samples(questions=eval_set.questions, ood=eval_set.ood, records=records,
+            data = calibration.samples(questions=eval_set.questions, ood=eval_set.ood, records=records,
                                          features=names)
-            result = answerability.calibrate(data, features=names, k=folds, l2=l2, target=target)
+            result = calibration.calibrate(data, features=names, k=folds, l2=l2, target=target)
         except (EvaluationError, AnswerabilityError) as exc:
             raise CommandError(str(exc)) from None
 
@@ -68,8 +68,8 @@ class Command(BaseCommand):
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=1, ensure_ascii=False), encoding="utf-8")
         if plot:
-            answerability.write_plot(plot, result, title=title)
-        return "\n".join([title, answerability.render(result), "",
+            calibration.write_plot(plot, result, title=title)
+        return "\n".join([title, calibration.render(result), "",
                           f"Wrote {out}: use it with KB_ANSWERABILITY_FILE={out.resolve()}, or paste its \"model\" "
                           "into KB_ANSWERABILITY_DEFAULT in kb/settings.py"
                           + (f"; frontier plot {plot}" if plot else "")])

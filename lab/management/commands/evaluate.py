@@ -8,8 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from search.evaluation import metrics, runner
-from search.evaluation.runner import EvaluationError
+from lab.evaluation import metrics, runner
+from lab.evaluation.runner import EvaluationError
 
 
 class Command(BaseCommand):
@@ -75,7 +75,7 @@ class Command(BaseCommand):
             json_out.parent.mkdir(parents=True, exist_ok=True)
             json_out.write_text(json.dumps(report, indent=1, ensure_ascii=False), encoding="utf-8")
         if plot:
-            from search.evaluation.plot import write_plot
+            from lab.evaluation.plot import write_plot
 
             write_plot(plot, records=report["records"], sweep=figures["sweep"],
                        threshold=run["options"]["threshold"], title=title)

@@ -1,6 +1,7 @@
-"""Answer arithmetic for `evaluate --answers`: does the answer a person reads hold the answer?
+"""`evaluate --answers`: answer each query the way /api/ask does, and score what a reader got.
 
-Pure Python on the run's records, like search.evaluation.metrics. Definitions:
+`answer_record` runs chat.answering on the query's search result; the arithmetic below is pure
+Python on the run's records, like lab.evaluation.metrics. Definitions:
 
 - *needle in answer*: the answer text, with its [n] markers removed and whitespace
   normalised, contains the whole needle sentence. The extractive answer cites before the
@@ -16,37 +17,65 @@ Pure Python on the run's records, like search.evaluation.metrics. Definitions:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from search.evaluation.metrics import normalize, percentile, rate
+from chat.answering import answer_events
+from chat.backends import Backend, get_backend
+from chat.support import cited_sentences
+from lab.evaluation.metrics import normalize, percentile, rate
+from search.retrieval import SearchResult
 
 MARKERS = re.compile(r"\s*\[\d{1,3}\]")
 
 
-class Answerer(Protocol):
-    """Answers one evaluated query from its search result, as the answering app would for /api/ask."""
+def answer_record(*, backend: Backend, user: Any, query: str, result: SearchResult, started: float,
+                  paths: Mapping[int, str]) -> dict[str, Any]:
+    """The answer /api/ask would give from this search result (chat.answering), as the dump records it.
+
+    `quotes` (the cited sources' text) and the support counts are for scoring; the dump leaves them out.
+    """
+    answer: dict[str, Any] = {"text": "", "refused": False, "citations": [], "first_token_ms": None}
+    quotes: list[str] = []
+    for event in answer_events(user=user, question=query, result=result, started=started, backend=backend):
+        if event["type"] == "refused":
+            answer.update(text=event["text"], refused=True, reason=event["reason"])
+        elif event["type"] == "citations":
+            answer["citations"] = [{"n": c["number"], "doc": paths[c["document_id"]], "start": c["start"],
+                                    "end": c["end"]} for c in event["citations"]]
+            quotes = [c["quote"] for c in event["citations"]]
+        elif event["type"] == "done":
+            answer.update(text=event["text"], first_token_ms=event["timings"]["first_token_ms"],
+                          cited_sentences=len(cited_sentences(event["text"])),
+                          unsupported=[c["sentence"] for c in event["unsupported"]])
+        elif event["type"] == "error":
+            answer.update(error=event["error"])
+    answer["quotes"] = quotes
+    answer["ms"] = (time.perf_counter() - started) * 1000
+    return answer
+
+
+@dataclass
+class Answerer:
+    """Answers one evaluated query from its search result with one backend."""
+
+    backend_impl: Backend
 
     @property
-    def backend(self) -> str: ...
+    def backend(self) -> str:
+        return self.backend_impl.name
 
-    def answer(self, *, user: Any, query: str, result: Any, started: float,
-               paths: Mapping[int, str]) -> dict[str, Any]: ...
-
-
-# Search sits below chat, so chat registers how it answers (chat.apps) instead of search importing it.
-_answerers: list[Callable[[str | None], Answerer]] = []
-
-
-def register_answerer(factory: Callable[[str | None], Answerer]) -> None:
-    """`factory(backend_name or None)` builds the answerer `evaluate --answers` uses."""
-    _answerers[:] = [factory]
+    def answer(self, *, user: Any, query: str, result: SearchResult, started: float,
+               paths: Mapping[int, str]) -> dict[str, Any]:
+        return answer_record(backend=self.backend_impl, user=user, query=query, result=result, started=started,
+                             paths=paths)
 
 
 def answerer(backend: str | None) -> Answerer:
-    if not _answerers:
-        raise RuntimeError("evaluate --answers needs an answering app installed (chat registers one)")
-    return _answerers[0](backend)
+    """The answerer for `backend` (default: the configured KB_ANSWER_BACKEND)."""
+    return Answerer(get_backend(backend))
 
 
 def answer_plain(text: str) -> str:

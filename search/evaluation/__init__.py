@@ -1,1 +1,0 @@
-"""Retrieval evaluation: `manage.py evaluate` on a set in the ../shared/eval layout (docs/EVALUATION.md)."""
