@@ -12,7 +12,6 @@ from django.db import transaction
 from kb.models import Folder, Source
 from kb.services import document_delete
 from kb.sources import git, site
-from kb.sources.kinds import KINDS
 from kb.sources.listing import ListingError, sub_path
 from kb.sources.sync import SourceBusy, source_lock
 
@@ -51,8 +50,6 @@ def _checked(*, name: str, kind: str, location: str, path: str, shrink_guard: fl
         raise SourceNameTaken(f"a source named {name!r} already exists")
     if kind not in Source.Kind.values:
         raise SourceRejected(f"{kind!r}: the kinds are {', '.join(Source.Kind.values)}")
-    if kind not in KINDS:
-        raise SourceRejected(f"{kind}: this kind of source is not built yet (available: {', '.join(KINDS)})")
     try:
         clean_path = sub_path(path)
         if kind == Source.Kind.GIT:
