@@ -33,9 +33,10 @@ lock: | $(PY)
 run: install
 	$(PY) -m kb.runtime.launcher
 
-# Tests get their own embedded servers (var/test), so they never touch a running `make run`.
+# Tests get their own embedded servers (var/test), so they never touch a running `make run`; the 25 slowest
+# steps are listed at the end, so CI shows where the time goes.
 test: install chromium
-	KB_VAR_DIR=$${KB_VAR_DIR:-$(CURDIR)/var/test} $(PY) -m pytest $(PYTEST_ARGS)
+	KB_VAR_DIR=$${KB_VAR_DIR:-$(CURDIR)/var/test} $(PY) -m pytest --durations=25 $(PYTEST_ARGS)
 
 # Style and bugs (ruff), types (mypy with the Django plugin), import directions (lint-imports).
 # KB_SETTINGS_ONLY: the Django plugin loads kb.settings with placeholder URLs and no secret file.
