@@ -3,14 +3,19 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import Client
 
 from kb import health
 from kb.health import health_report
+from kb.models import Folder, Source
+from kb.services import folder_set_access
+from kb.sources.sync import source_sync
 
 
 @pytest.fixture(autouse=True)
@@ -94,3 +99,43 @@ def test_rapid_and_concurrent_healthz_calls_share_one_worker_ping(
     settings.KB_HEALTH_CELERY_CACHE_SECONDS = 0.2  # once the period has passed, the next call pings again
     time.sleep(0.3)
     assert client.get("/healthz").status_code == 503 and len(pings) == 2
+
+
+@pytest.mark.django_db
+def test_source_detail_is_for_staff_who_may_read_the_sources_folder(
+    client: Client, settings: Any, people: dict[str, Any], tmp_path: Path
+) -> None:
+    settings.KB_HEALTH_CELERY_TIMEOUT = 0.1  # no worker here: the checks' outcome does not matter
+    engineering = Folder.objects.create(name="Engineering", public=False)
+    folder_set_access(folder=engineering, public=False, groups=[people["groups"]["engineering"]])
+    share = tmp_path / "runbooks"
+    share.mkdir()
+    (share / "pager.md").write_text("# Pager\n\nThe on-call engineer acknowledges a page within five minutes.\n")
+    source = Source.objects.create(name="runbooks", kind="folder", location=str(share), folder=engineering)
+    assert source_sync(source).status == "ok"
+    view_source = Permission.objects.filter(content_type__app_label="kb", codename="view_source")
+
+    def detail(user: Any) -> Any:
+        if user is not None:
+            client.force_login(user)
+        body = client.get("/healthz").json()
+        client.logout()
+        return body
+
+    assert set(detail(None)) == {"ok", "failed"}  # anonymous: the status only
+    assert set(detail(people["alice"])) == {"ok", "failed"}  # in the folder's group, not staff
+    outsider = User.objects.create_user("ops-finance", is_staff=True)
+    outsider.groups.set([people["groups"]["finance"]])
+    outsider.user_permissions.set(view_source)
+    assert detail(outsider)["sources"] == []  # staff, the permission, but not the folder
+    insider = User.objects.create_user("ops-eng", is_staff=True)
+    insider.groups.set([people["groups"]["engineering"]])
+    assert detail(insider)["sources"] == []  # the folder, not the permission
+    insider.user_permissions.set(view_source)
+    (shown,) = detail(insider)["sources"]
+    source.refresh_from_db()
+    assert shown["name"] == "runbooks" and shown["last_status"] == "ok"
+    assert shown["last_success_at"] == source.last_success_at.isoformat()
+    assert (shown["lag_seconds"], shown["files_pending"], shown["files_failed"]) == (0, 0, 0)
+    assert shown["last_change_lag_seconds"] == source.last_lag_seconds is not None
+    assert [s["name"] for s in detail(people["admin"])["sources"]] == ["runbooks"]
