@@ -16,9 +16,10 @@ from pydantic import Field
 
 from accounts.api import api_auth
 from accounts.models import Scope
-from chat import selectors, services
+from chat import judgements, selectors, services
 from chat.events import CitationPayload, EventSchema
-from chat.models import Conversation, Message
+from chat.judgements import JudgementView
+from chat.models import Conversation, Judgement, Message
 from chat.selectors import FeedbackView, MessageView, ReviewView
 from kb.api_contract import BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, TypedIn
 
@@ -55,6 +56,24 @@ class UnsupportedClaimOut(Schema):
     reviewer: str | None = None
 
 
+class JudgedDocumentOut(Schema):
+    id: int
+    title: str
+    link: str
+
+
+class JudgementOut(Schema):
+    id: int
+    kind: Literal["helpful", "wrong", "should_refuse", "should_answer"]
+    role: Literal["asker", "reviewer"]
+    judge: str | None = Field(description="Who judged; null once their account is gone")
+    document: JudgedDocumentOut | None = Field(
+        description="Should have answered: the document that answers it, shown only to readers who may read it")
+    note: str
+    created_at: datetime
+    updated_at: datetime
+
+
 class MessageOut(Schema):
     id: int
     role: str
@@ -73,7 +92,9 @@ class MessageOut(Schema):
     citations: list[CitationPayload]
     restricted_citations: list[int]
     unsupported: list[UnsupportedClaimOut]
-    rating: int
+    rating: int = Field(description="The asker's thumbs: 1 helpful, -1 any other verdict, 0 none")
+    judgements: list[JudgementOut] = Field(description="Verdicts on the answer: the caller's own; on the review "
+                                                       "desk everyone's (none on a withheld answer)")
     created_at: datetime
     events: list[EventSchema] = Field(description="The message as the events its stream sends (a replay of it)")
 
@@ -147,6 +168,7 @@ class ReviewAnswerBriefOut(Schema):
     restricted_citations: list[int]
     unsupported: list[UnsupportedClaimOut]
     feedback: list[FeedbackOut]
+    judgements: list[JudgementOut]
     created_at: datetime
 
 
@@ -176,14 +198,28 @@ def stream_path(conversation_id: int) -> str:
     return f"/ws/chat/{conversation_id}/"
 
 
-def _message(view: MessageView) -> dict[str, Any]:
+def _judgement(shown: JudgementView) -> dict[str, Any]:
+    j, document = shown.judgement, shown.document
+    return {"id": j.pk, "kind": j.kind, "role": j.role, "judge": j.judge.get_username() if j.judge else None,
+            "document": {"id": document.pk, "title": str(document), "link": f"/documents/{document.pk}/"}
+            if document else None, "note": j.note, "created_at": j.created_at, "updated_at": j.updated_at}
+
+
+def _judgements(views: list[MessageView], *, viewer: Any, everyone: bool) -> dict[int, list[dict[str, Any]]]:
+    """The verdicts each of the views' answers shows `viewer` (chat.judgements.judgement_views)."""
+    shown = judgements.judgement_views([v.message for v in views], viewer=viewer, everyone=everyone,
+                                       withheld={v.message.pk for v in views if v.withheld})
+    return {pk: [_judgement(j) for j in found] for pk, found in shown.items()}
+
+
+def _message(view: MessageView, judged: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
     m = view.message
     return {
         "id": m.pk, "role": m.role, "status": m.status, "text": view.text, "html": view.html,
         "withheld": view.withheld, "intent": m.intent, "refusal_reason": view.refusal_reason, "error": view.error,
         "backend": m.backend, "model": m.model, "notice": m.notice, "timings": view.timings,
         "citations": view.citations, "restricted_citations": view.restricted, "unsupported": view.unsupported,
-        "rating": m.rating,
+        "rating": m.rating, "judgements": judged.get(m.pk, []),
         "created_at": m.created_at, "events": selectors.message_events(view),
     }
 
@@ -197,9 +233,9 @@ def _feedback(shown: FeedbackView) -> dict[str, Any]:
     }
 
 
-def _review(review: ReviewView) -> dict[str, Any]:
+def _review(review: ReviewView, judged: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
     m = review.answer.message
-    return _message(review.answer) | {
+    return _message(review.answer, judged) | {
         "conversation": m.conversation_id,
         "owner": m.conversation.owner.get_username(),
         "question": m.question.text if m.question else "",
@@ -215,7 +251,7 @@ def _preview(text: str, limit: int) -> tuple[str, bool]:
     return (cut.rsplit(" ", 1)[0] if " " in cut[limit // 2 :] else cut) + "…", True
 
 
-def _review_brief(review: ReviewView) -> dict[str, Any]:
+def _review_brief(review: ReviewView, judged: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
     view, m = review.answer, review.answer.message
     text, text_truncated = _preview(view.text or "", PREVIEW_CHARS * 4)
     citations = []
@@ -228,7 +264,8 @@ def _review_brief(review: ReviewView) -> dict[str, Any]:
         "question": m.question.text if m.question else "", "status": m.status, "text": text,
         "text_truncated": text_truncated, "withheld": view.withheld, "refusal_reason": view.refusal_reason,
         "error": view.error, "backend": m.backend, "citations": citations, "restricted_citations": view.restricted,
-        "unsupported": view.unsupported, "feedback": [_feedback(f) for f in review.feedback], "created_at": m.created_at,
+        "unsupported": view.unsupported, "feedback": [_feedback(f) for f in review.feedback],
+        "judgements": judged.get(m.pk, []), "created_at": m.created_at,
     }
 
 
@@ -255,15 +292,17 @@ def conversations(request: HttpRequest, page: Query[ConversationPage]) -> Any:
 def conversation(request: HttpRequest, conversation_id: int, page: Query[MessagesPage]) -> dict[str, Any]:
     """The conversation's latest messages, a page at a time: `before` leads to the earlier ones."""
     return _conversation_out(selectors.conversation_for_user(request.user, conversation_id), viewer=request.user,
-                             page=page)
+                             page=page, everyone=False)
 
 
-def _conversation_out(found: Conversation | None, *, viewer: Any, page: MessagesPage) -> dict[str, Any]:
+def _conversation_out(found: Conversation | None, *, viewer: Any, page: MessagesPage, everyone: bool) -> dict[str, Any]:
     if found is None:
         raise HttpError(404, "no such conversation")
     shown = selectors.conversation_page(found, viewer=viewer, before=page.before, limit=page.limit)
+    judged = _judgements(shown.views, viewer=viewer, everyone=everyone)
     return {"id": found.pk, "title": found.title, "created_at": found.created_at, "updated_at": found.updated_at,
-            "stream": stream_path(found.pk), "messages": [_message(v) for v in shown.views], "before": shown.before}
+            "stream": stream_path(found.pk), "messages": [_message(v, judged) for v in shown.views],
+            "before": shown.before}
 
 
 class RatingIn(TypedIn):
@@ -272,9 +311,37 @@ class RatingIn(TypedIn):
 
 @router.post("/messages/{message_id}/rating", response={200: RatingIn, **BODY, **NOT_FOUND})
 def rate(request: HttpRequest, message_id: int, payload: RatingIn) -> dict[str, Any]:
-    """Thumbs up (1) or down (-1) on one of your own answers; 0 takes it back."""
-    message = services.message_rate(user=request.user, message_id=message_id, rating=payload.rating)
-    return {"rating": message.rating}
+    """Thumbs up (1) or down (-1) on one of your own answers; 0 takes it back. The same as judging it
+    "helpful" or "wrong" (POST /messages/{id}/judgement); a thumbs down keeps a negative verdict's kind."""
+    return {"rating": judgements.message_rate(user=request.user, message_id=message_id, rating=payload.rating)}
+
+
+class JudgementIn(TypedIn):
+    kind: Literal["helpful", "wrong", "should_refuse", "should_answer"] = Field(
+        description="On a refusal, 'helpful' says it was right to refuse", examples=["should_answer"])
+    document: int | None = Field(default=None, ge=1, le=2**63 - 1,
+                                 description="With should_answer: the document that answers it (one you may read)")
+    note: str = Field(default="", max_length=4000, pattern=NO_NUL)
+
+
+def _judge(request: HttpRequest, message_id: int, payload: JudgementIn, role: str) -> Status[dict[str, Any]]:
+    judgement = judgements.message_judge(judge=request.user, message_id=message_id, role=role, kind=payload.kind,
+                                         document_id=payload.document, note=payload.note)
+    return Status(200, _judgement(JudgementView(judgement, judgement.document)))
+
+
+@router.post("/messages/{message_id}/judgement", response={200: JudgementOut, **BODY, **NOT_FOUND})
+def judge(request: HttpRequest, message_id: int, payload: JudgementIn) -> Status[dict[str, Any]]:
+    """Your verdict on one of your own finished answers (a second replaces the first); it sets the thumbs too.
+    A document you may not read is not found, like a missing one, and nothing is stored."""
+    return _judge(request, message_id, payload, Judgement.Role.ASKER)
+
+
+@router.delete("/messages/{message_id}/judgement", response={204: None, **PARAMS, **NOT_FOUND})
+def unjudge(request: HttpRequest, message_id: int) -> Status[None]:
+    """Take your verdict on one of your own answers back (and its thumbs)."""
+    judgements.message_unjudge(judge=request.user, message_id=message_id, role=Judgement.Role.ASKER)
+    return Status(204, None)
 
 
 @router.get("/review/answers", response={200: list[ReviewAnswerBriefOut], **PARAMS, **NOT_FOUND}, tags=["review"])
@@ -285,7 +352,9 @@ def review_answers(request: HttpRequest, filters: Query[ReviewFilter]) -> list[d
     _require_reviewer(request)
     answers = selectors.review_answers(flagged=filters.flagged, status=filters.status, limit=filters.limit,
                                        before=filters.before)
-    return [_review_brief(r) for r in selectors.review_views(answers, viewer=request.user)]
+    reviews = selectors.review_views(answers, viewer=request.user)
+    judged = _judgements([r.answer for r in reviews], viewer=request.user, everyone=True)
+    return [_review_brief(r, judged) for r in reviews]
 
 
 @router.get("/review/answers/{message_id}", response={200: ReviewAnswerOut, **PARAMS, **NOT_FOUND}, tags=["review"])
@@ -294,7 +363,8 @@ def review_answer(request: HttpRequest, message_id: int) -> dict[str, Any]:
     answer = selectors.review_answer(message_id)
     if answer is None:
         raise HttpError(404, "no such answer")
-    return _review(selectors.review_views([answer], viewer=request.user)[0])
+    review = selectors.review_views([answer], viewer=request.user)[0]
+    return _review(review, _judgements([review.answer], viewer=request.user, everyone=True))
 
 
 @router.post("/review/answers/{message_id}/feedback", response={201: FeedbackOut, **BODY, **NOT_FOUND}, tags=["review"])
@@ -318,9 +388,27 @@ def review_unsupported(request: HttpRequest, message_id: int, index: int, payloa
     return review_answer(request, message_id)
 
 
+@router.post("/review/answers/{message_id}/judgement", response={200: JudgementOut, **BODY, **NOT_FOUND},
+             tags=["review"])
+def review_judge(request: HttpRequest, message_id: int, payload: JudgementIn) -> Status[dict[str, Any]]:
+    """A reviewer's verdict on an answer they may see in full (a second replaces the first): on a refusal,
+    'should_answer' with the document that answers it marks the question answerable from it."""
+    _require_reviewer(request)
+    return _judge(request, message_id, payload, Judgement.Role.REVIEWER)
+
+
+@router.delete("/review/answers/{message_id}/judgement", response={204: None, **PARAMS, **NOT_FOUND}, tags=["review"])
+def review_unjudge(request: HttpRequest, message_id: int) -> Status[None]:
+    """Take your verdict as a reviewer back."""
+    _require_reviewer(request)
+    judgements.message_unjudge(judge=request.user, message_id=message_id, role=Judgement.Role.REVIEWER)
+    return Status(204, None)
+
+
 @router.get("/review/conversations/{conversation_id}", response={200: ConversationOut, **PARAMS, **NOT_FOUND},
             tags=["review"])
 def review_conversation(request: HttpRequest, conversation_id: int, page: Query[MessagesPage]) -> dict[str, Any]:
     """Any conversation, read-only, a page at a time (support staff only; streaming stays with its owner)."""
     _require_reviewer(request)
-    return _conversation_out(Conversation.objects.filter(pk=conversation_id).first(), viewer=request.user, page=page)
+    return _conversation_out(Conversation.objects.filter(pk=conversation_id).first(), viewer=request.user, page=page,
+                             everyone=True)

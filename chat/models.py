@@ -1,4 +1,4 @@
-"""Conversations, their messages, the citations the server attached, and reviewers' feedback."""
+"""Conversations, their messages, the citations the server attached, reviewers' feedback and people's judgements."""
 
 from __future__ import annotations
 
@@ -77,7 +77,8 @@ class Message(models.Model):
     # A queued job names the row it may claim by this too: a stale queue entry (a test
     # database recreated, a restored backup) never answers somebody else's question.
     job_id = models.UUIDField(default=uuid.uuid4, editable=False)
-    # The asker's own verdict on an answer (thumbs up 1, down -1, none 0); reviewers' flags are Feedback.
+    # The asker's thumbs (up 1, down -1, none 0): the sign of their Judgement's kind, kept for the lists
+    # and the admin; reviewers' flags on citations are Feedback.
     rating = models.SmallIntegerField(default=0, choices=[(1, "helpful"), (0, "not rated"), (-1, "not helpful")])
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -146,6 +147,46 @@ class Feedback(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} on message {self.message_id}"
+
+
+class Judgement(models.Model):
+    """One person's verdict on one answer: the asker's own, or a support reviewer's. The verdicts of a
+    deployment are its own evaluation set (chat.evalset, `manage.py export_judgements`)."""
+
+    class Kind(models.TextChoices):
+        HELPFUL = "helpful", "Helpful"  # on a refusal: right to refuse
+        WRONG = "wrong", "Wrong"
+        SHOULD_REFUSE = "should_refuse", "Should have refused"
+        SHOULD_ANSWER = "should_answer", "Should have answered"
+
+    class Role(models.TextChoices):
+        ASKER = "asker"
+        REVIEWER = "reviewer"
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="judgements")
+    # A judge who leaves keeps their verdict as data, unnamed (as Feedback.reviewer).
+    judge = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    document = models.ForeignKey(
+        "kb.Document", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="Should have answered: the document that answers the question",
+    )
+    note = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["message_id", "created_at", "pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["message", "judge"], name="chat_judgement_message_judge"),
+            models.CheckConstraint(condition=models.Q(document__isnull=True) | models.Q(kind="should_answer"),
+                                   name="chat_judgement_document_should_answer"),
+        ]
+        permissions = [("export_judgement", "Can export judgements as an evaluation set")]
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} on message {self.message_id}"

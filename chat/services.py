@@ -325,16 +325,3 @@ def unsupported_claim_review(*, reviewer: Any, message_id: int, index: int, verd
         message.save(update_fields=["unsupported"])
     return message
 
-
-def message_rate(*, user: Any, message_id: int, rating: int) -> Message:
-    """The asker rates one of their finished answers: 1, -1, or 0 to take the rating back."""
-    if rating not in (-1, 0, 1):
-        raise ChatError("rating must be 1 (helpful), -1 (not helpful) or 0 (none)")
-    message = Message.objects.filter(
-        pk=message_id, role=Message.Role.ASSISTANT, conversation__owner=user, status__in=Message.FINISHED
-    ).first()
-    if message is None:
-        raise NotFound("no such answer")
-    Message.objects.filter(pk=message.pk).update(rating=rating)
-    message.rating = rating
-    return message

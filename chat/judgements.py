@@ -1,0 +1,123 @@
+"""Judgements: the asker's and support reviewers' verdicts on answers, written and read.
+
+Who may judge what follows who may read what: the asker judges their own finished answers, a reviewer
+any finished answer the review desk shows them in full; an answer withheld from someone (chat.selectors)
+does not exist for them, and neither does a document they may not read, named or shown.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from chat.models import Judgement, Message
+from chat.selectors import is_reviewer, is_withheld
+from chat.services import ChatError, NotFound
+from kb.access import visible_documents
+from kb.models import Document
+
+# The asker's thumbs (Message.rating) are the sign of their verdict.
+RATING = {Judgement.Kind.HELPFUL: 1, Judgement.Kind.WRONG: -1, Judgement.Kind.SHOULD_REFUSE: -1,
+          Judgement.Kind.SHOULD_ANSWER: -1}
+
+
+def _judged_answer(*, judge: Any, message_id: int, role: str) -> Message:
+    """The finished answer `judge` may judge in `role`, locked for the write; NotFound for anything else
+    (missing, a question, someone else's, unfinished, withheld from them: all look the same)."""
+    answers = Message.objects.select_for_update().filter(pk=message_id, role=Message.Role.ASSISTANT,
+                                                         status__in=Message.FINISHED)
+    if role == Judgement.Role.ASKER:
+        answers = answers.filter(conversation__owner=judge)
+    elif not is_reviewer(judge):
+        answers = answers.none()
+    message = answers.first()
+    if message is None or is_withheld(message, viewer=judge):
+        raise NotFound("no such answer")
+    return message
+
+
+def _named_document(judge: Any, document_id: int | None) -> Document | None:
+    """The document a verdict names, if `judge` may read it; one they may not is not found, as a missing one."""
+    if document_id is None:
+        return None
+    document = visible_documents(judge).filter(pk=document_id).first()
+    if document is None:
+        raise NotFound("no such document")
+    return document
+
+
+@transaction.atomic
+def message_judge(*, judge: Any, message_id: int, role: str, kind: str, document_id: int | None = None,
+                  note: str = "") -> Judgement:
+    """Store `judge`'s verdict on the answer (one per answer and judge: a second replaces the first).
+
+    `document_id` names the document that answers the question, with "should have answered" only.
+    The asker's verdict also sets the answer's thumbs (Message.rating). Nothing is stored on an error.
+    """
+    if kind not in Judgement.Kind.values:
+        raise ChatError(f"unknown judgement {kind!r}; one of {', '.join(Judgement.Kind.values)}")
+    if document_id is not None and kind != Judgement.Kind.SHOULD_ANSWER:
+        raise ChatError("only a 'should_answer' judgement names a document")
+    message = _judged_answer(judge=judge, message_id=message_id, role=role)
+    if message.status == Message.Status.REFUSED and kind == Judgement.Kind.SHOULD_REFUSE:
+        raise ChatError("this question was refused; judge the refusal 'helpful' (right) or 'should_answer'")
+    document = _named_document(judge, document_id)
+    judgement, _ = Judgement.objects.update_or_create(
+        message=message, judge=judge,
+        defaults={"role": role, "kind": kind, "document": document, "note": note.strip()})
+    if role == Judgement.Role.ASKER:
+        Message.objects.filter(pk=message.pk).update(rating=RATING[Judgement.Kind(kind)])
+    return judgement
+
+
+@transaction.atomic
+def message_unjudge(*, judge: Any, message_id: int, role: str) -> None:
+    """Take `judge`'s verdict on the answer back (nothing to take back is fine); the asker's thumbs go with it."""
+    message = _judged_answer(judge=judge, message_id=message_id, role=role)
+    Judgement.objects.filter(message=message, judge=judge).delete()
+    if role == Judgement.Role.ASKER:
+        Message.objects.filter(pk=message.pk).update(rating=0)
+
+
+def message_rate(*, user: Any, message_id: int, rating: int) -> int:
+    """The thumbs of the older rating API as verdicts: 1 helpful, -1 wrong (a negative verdict already
+    given keeps its kind), 0 takes the verdict back. Returns the answer's rating."""
+    if rating not in (-1, 0, 1):
+        raise ChatError("rating must be 1 (helpful), -1 (not helpful) or 0 (none)")
+    if rating == 0:
+        message_unjudge(judge=user, message_id=message_id, role=Judgement.Role.ASKER)
+        return 0
+    kind = Judgement.Kind.HELPFUL.value
+    if rating == -1:
+        given = Judgement.objects.filter(message_id=message_id, judge=user).values_list("kind", flat=True).first()
+        kind = given if given is not None and RATING[Judgement.Kind(given)] == -1 else Judgement.Kind.WRONG.value
+    message_judge(judge=user, message_id=message_id, role=Judgement.Role.ASKER, kind=kind)
+    return rating
+
+
+@dataclass(frozen=True)
+class JudgementView:
+    judgement: Judgement
+    document: Document | None  # the named document, only while the reader may read it
+
+
+def judgement_views(messages: Sequence[Message], *, viewer: Any, withheld: set[int],
+                    everyone: bool) -> dict[int, list[JudgementView]]:
+    """The verdicts on `messages` that `viewer` may see, by message: their own, or `everyone`'s (a reviewer's
+    view); none on the answers in `withheld` (their notes may quote them). Two queries for any number."""
+    ids = [m.pk for m in messages if m.role == Message.Role.ASSISTANT and m.pk not in withheld]
+    found = Judgement.objects.filter(message_id__in=ids).select_related("judge", "document")
+    if not everyone:
+        found = found.filter(judge=viewer) if viewer.is_authenticated else found.none()
+    judgements = list(found)
+    named = {j.document_id for j in judgements if j.document_id}
+    readable = set(visible_documents(viewer).filter(pk__in=named).values_list("pk", flat=True)) if named else set()
+    views: dict[int, list[JudgementView]] = defaultdict(list)
+    for judgement in judgements:
+        views[judgement.message_id].append(
+            JudgementView(judgement, judgement.document if judgement.document_id in readable else None))
+    return views
