@@ -194,6 +194,10 @@ class World:
                                    *({"question": "And the next one?", "conversation": c} for c in self.conversations
                                      if who.wide or c == self.conversations[turn % len(self.conversations)])],
             ("POST", "/api/messages/{message_id}/rating"): [{"rating": -1}],
+            ("POST", "/api/messages/{message_id}/judgement"): [
+                {"kind": "should_answer", "document": self.docs[turn % len(self.docs)]}, {"kind": "wrong"}],
+            ("POST", "/api/review/answers/{message_id}/judgement"): [
+                {"kind": "should_answer", "document": self.docs[turn % len(self.docs)], "note": "matrix"}],
             ("POST", "/api/review/answers/{message_id}/feedback"): [
                 {"kind": "unsupported", "citation": 1, "note": "matrix"}, {"kind": "outdated"}],
             ("POST", "/api/review/answers/{message_id}/unsupported/{index}"): [{"verdict": "confirmed"}],
