@@ -1,4 +1,4 @@
-"""All configuration comes from the environment; see README "Configuration" for every variable.
+"""All configuration comes from the environment; docs/SETTINGS.md lists every variable (generated from the comments here).
 
 Without DATABASE_URL / REDIS_URL the embedded PostgreSQL and Redis under ./var are used
 (kb.runtime.embedded): every entry point (make run, manage.py, Daphne, Celery, the test
@@ -295,7 +295,7 @@ KB_TRUSTED_PROXIES = proxy_networks(env_list("KB_TRUSTED_PROXIES", []))
 AXES_CLIENT_IP_CALLABLE = "accounts.client_address.request_client_address"
 KB_LOCAL_PASSWORDS = env_bool("KB_LOCAL_PASSWORDS", True)  # off: only superusers (break-glass) use passwords
 
-# Single sign-on (OpenID Connect, mozilla-django-oidc; README "Single sign-on") -------
+# Single sign-on (OpenID Connect, mozilla-django-oidc; docs/SSO.md) -------
 
 KB_OIDC_DISCOVERY_URL = env_str("KB_OIDC_DISCOVERY_URL", "")  # the issuer, or its .well-known/openid-configuration
 KB_OIDC_CLIENT_ID = env_str("KB_OIDC_CLIENT_ID", "")  # this app's client at the identity provider

@@ -44,7 +44,7 @@ IDENT_SCAN = 500
 
 @dataclass(frozen=True)
 class SearchOptions:
-    """Every knob, defaulting to settings (README "Configuration"); evaluation overrides them."""
+    """Every knob, defaulting to settings (docs/SETTINGS.md); evaluation overrides them."""
 
     k: int = 20
     candidates: int = field(default_factory=lambda: settings.KB_SEARCH_CANDIDATES)

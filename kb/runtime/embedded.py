@@ -47,6 +47,7 @@ class Service:
 
 
 def var_dir() -> Path:
+    # Data of the embedded servers, uploaded originals and the local secret key (default: ./var).
     configured = os.environ.get("KB_VAR_DIR")
     root = Path(configured) if configured else Path(__file__).resolve().parents[2] / "var"
     root.mkdir(parents=True, exist_ok=True)
@@ -179,6 +180,7 @@ def shared_buffers() -> str:
     and text indexes of 100,000 chunks (~430 MB): every query then copies pages in from the OS.
     `KB_PG_SHARED_BUFFERS` (PostgreSQL's units, e.g. `512MB`) overrides it.
     """
+    # The embedded PostgreSQL's page cache in PostgreSQL's units (512MB); default a quarter of memory, 128MB-2GB.
     configured = os.environ.get("KB_PG_SHARED_BUFFERS")
     if configured:
         return configured

@@ -233,7 +233,8 @@ def workers() -> list[Worker]:
     scheduler gives an answer's burst of work the CPU first.
     """
     return [
-        Worker(queues.INGEST, os.environ.get("KB_WORKER_CONCURRENCY", "1"), WORKER_DATABASE, 10),
+        Worker(queues.INGEST, os.environ.get("KB_WORKER_CONCURRENCY", "1"), WORKER_DATABASE, 10),  # ingest processes, niced
+        # answer worker processes, each holding the embedding model
         Worker(queues.ANSWERS, os.environ.get("KB_ANSWER_CONCURRENCY", "2"), {**WORKER_DATABASE, **query_environment()}, 0),
     ]
 
@@ -253,7 +254,7 @@ def query_environment() -> dict[str, str]:
     """For the processes that embed one short query at a time (the answer worker; the web process, for
     search): one torch thread, which embeds a query faster than two here (~18 against ~23 ms) and
     leaves the other core to the next request."""
-    return {"OMP_NUM_THREADS": os.environ.get("KB_ANSWER_TORCH_THREADS", "1")}
+    return {"OMP_NUM_THREADS": os.environ.get("KB_ANSWER_TORCH_THREADS", "1")}  # torch threads per query process
 
 
 def web_argv(host: str, port: int) -> list[str]:
@@ -337,9 +338,9 @@ def supervise(launcher: Launcher, start: Callable[[Launcher], None]) -> int:
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
-    host = os.environ.get("HOST", "127.0.0.1")
+    host = os.environ.get("HOST", "127.0.0.1")  # the address `make run` listens on
     try:
-        port = int(os.environ.get("PORT", "8000"))
+        port = int(os.environ.get("PORT", "8000"))  # the port `make run` listens on
     except ValueError:
         sys.stderr.write(f"error: PORT must be a number (got {os.environ['PORT']!r})\n")
         sys.exit(2)
