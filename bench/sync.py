@@ -219,8 +219,12 @@ class Lag:
             while not stop.is_set():
                 tick = time.monotonic()
                 self.run_starts.add(Source.objects.filter(pk=source_id).values_list("last_started_at", flat=True).get())
-                for code, (sentence, _) in list(self.committed.items()):
-                    if code in self.found or not Chunk.objects.filter(content__contains=code).exists():
+                pending = {code: sentence for code, (sentence, _) in list(self.committed.items()) if code not in self.found}
+                # One look at the stored text (a scan of the source's chunks) picks the changes worth a search.
+                stored = " ".join(Chunk.objects.filter(document__source_id=source_id, content__regex="|".join(pending))
+                                  .values_list("content", flat=True)) if pending else ""
+                for code, sentence in pending.items():
+                    if code not in stored:
                         continue
                     self.searches += 1
                     if any(code in hit.content for hit in hybrid_search(user=reader, query=sentence).hits):
