@@ -12,6 +12,7 @@ would during an admin's change; the model applies the change first, as the rule 
 from __future__ import annotations
 
 import io
+import os
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from search.retrieval import hybrid_search
 USERS = ("alice", "bob", "carol")  # engineering, finance, nobody (tests.conftest.people)
 GROUPS = ("engineering", "finance", "hr")
 SLOTS = 3
+EXAMPLES = 4  # runs of the machine in `make test` (up to 10 steps each; the first ones are short)
 TOPICS = (("vault rotation code", "Oslo depot"), ("payroll export key", "Bergen office"), ("bridge passcode", "Tromso yard"))
 
 # Who may read: everyone, or some groups and people (by name).
@@ -247,10 +249,12 @@ class RacingAccessMachine(RuleBasedStateMachine):
 def test_uploads_reuploads_and_access_changes_in_any_order_leave_only_what_the_grants_allow(
     people: dict[str, Any],
 ) -> None:
+    """`make test` runs EXAMPLES runs of the machine; KB_ACCESS_MACHINE_EXAMPLES=N runs N (more for a deeper look)."""
     RacingAccessMachine.probes.clear()
+    examples = int(os.environ.get("KB_ACCESS_MACHINE_EXAMPLES") or EXAMPLES)
     run_state_machine_as_test(
         RacingAccessMachine,
-        settings=hypothesis_settings(max_examples=5, stateful_step_count=10, deadline=None, derandomize=True,
+        settings=hypothesis_settings(max_examples=examples, stateful_step_count=10, deadline=None, derandomize=True,
                                      suppress_health_check=[HealthCheck.too_slow]),
     )
     print(f"\nracing access machine: {RacingAccessMachine.examples} runs, {dict(RacingAccessMachine.probes)}")
