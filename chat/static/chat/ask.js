@@ -203,11 +203,13 @@
     turn.node.insertBefore(badge, turn.body);
   }
 
-  function refusedView(turn, text) {
+  // A refusal in plain words, never a number (the signals are the reviewers'): nothing near, or, once the
+  // search beside it finds passages on the topic (closestView), the middle state: passages, no answer.
+  function refusedView(turn) {
     turn.body.textContent = "";
     var box = el("div", "answer-refused");
-    box.appendChild(el("p", "answer-refused-title", "No answer in the documents you can read"));
-    box.appendChild(el("p", "", "The assistant only answers from documents shared with you, and none of them covers this question, so it did not guess."));
+    box.appendChild(el("p", "answer-refused-title", "I couldn't find this in the documents you can read"));
+    box.appendChild(el("p", "answer-refused-lead", "The assistant only answers from documents shared with you, and none of them covers this question, so it did not guess."));
     var tips = el("ul", "answer-tips");
     ["Use the words the documents would use: a screen, field, setting or error code.",
      "Ask about one thing at a time.",
@@ -215,7 +217,6 @@
       tips.appendChild(el("li", "", t));
     });
     box.appendChild(tips);
-    if (text) box.appendChild(el("p", "muted answer-refused-detail", text));
     turn.body.appendChild(box);
   }
 
@@ -230,9 +231,10 @@
       var hits = (data.hits || []).filter(function (h) { return h.distance <= data.related_distance && safeLink(h.link); });
       turn.node.setAttribute("data-closest", String(hits.length));
       if (!hits.length) return;
+      turn.node.querySelector(".answer-refused-title").textContent = "These passages may help, but none answers it directly";
+      turn.node.querySelector(".answer-refused-lead").textContent = "No answer was written: the passages below are the closest you can read on this topic.";
       var box = el("div", "answer-closest");
       box.appendChild(el("p", "answer-closest-title", "Closest passages you can read"));
-      box.appendChild(el("p", "muted answer-closest-note", "They did not look like an answer to this question, but one of them may help."));
       var list = el("ol", "closest-list");
       hits.forEach(function (h) {
         var li = el("li", "source-item");
@@ -316,7 +318,7 @@
           renderFinal(turn);
         }
         renderSources(turn);
-        ratingView(turn, event.rating || 0);
+        if (!event.withheld) judgementView(turn, null);
         finish();
         return;
       case "refused":
@@ -325,10 +327,10 @@
         turn.finished = true;
         turn.refused = true;
         setMeta(turn, "", false);
-        refusedView(turn, event.text);
+        refusedView(turn);
         if (!replaying) closestView(turn);
         renderSources(turn);
-        ratingView(turn, event.rating || 0);
+        judgementView(turn, null);
         finish();
         return;
       case "error":
@@ -346,28 +348,16 @@
     }
   }
 
-  // The asker's thumbs up/down on a finished answer; pressing the same one again takes it back.
-  function ratingView(turn, current) {
+  // The asker's verdict on a finished answer (KB.judge: POST/DELETE /api/messages/<id>/judgement).
+  function judgementView(turn, judgement) {
     if (turn.ratingNode) turn.ratingNode.remove();
-    var group = el("div", "turn-rating");
-    group.setAttribute("role", "group");
-    group.setAttribute("aria-label", "Rate this answer");
-    group.appendChild(el("span", "muted", "Was this helpful?"));
-    [[1, "Yes", "Helpful"], [-1, "No", "Not helpful"]].forEach(function (choice) {
-      var button = el("button", "rate", choice[1]);
-      button.type = "button";
-      button.setAttribute("aria-label", choice[2]);
-      button.setAttribute("aria-pressed", current === choice[0] ? "true" : "false");
-      button.addEventListener("click", function () {
-        var next = current === choice[0] ? 0 : choice[0];
-        api("POST", "/api/messages/" + turn.id + "/rating", { rating: next }).then(function (data) {
-          ratingView(turn, data.rating);
-        }).catch(function (error) { showStatus("error", "Your rating was not saved: " + error.message); });
-      });
-      group.appendChild(button);
+    turn.ratingNode = window.KB.judge({
+      url: "/api/messages/" + turn.id + "/judgement", key: "turn-" + turn.id, refused: !!turn.refused,
+      question: turn.question, judgement: judgement,
+      onSaved: function (saved) { judgementView(turn, saved); },
+      onError: function (message) { showStatus("error", "Your verdict was not saved: " + message); }
     });
-    turn.node.appendChild(group);
-    turn.ratingNode = group;
+    turn.node.appendChild(turn.ratingNode);
   }
 
   function finish() {
@@ -473,7 +463,8 @@
     try {
       data.messages.forEach(function (m) {
         m.events.forEach(handle);
-        if (m.role === "assistant" && m.rating) ratingView(turnFor(m.id), m.rating);
+        // The asker is sent their own verdict only.
+        if (m.role === "assistant" && m.judgements && m.judgements.length) judgementView(turnFor(m.id), m.judgements[0]);
         if (resume === null && (m.status === "pending" || m.status === "running")) resume = m.id;
       });
     } finally { replaying = false; }

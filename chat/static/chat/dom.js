@@ -1,5 +1,5 @@
-/* Helpers shared by the Ask page and the review desk. Text goes in through textContent only,
- * and only the viewer's own locators ever become links. */
+/* Helpers shared by the Ask page and the review desk, the verdict buttons among them. Text goes in through
+ * textContent only, and only the viewer's own locators ever become links. */
 (function () {
   "use strict";
 
@@ -21,5 +21,132 @@
     return typeof link === "string" && /^\/documents\/\d+\/(#[A-Za-z0-9=,&]*)?$/.test(link) ? link : null;
   }
 
-  window.KB = { el: el, csrf: csrf, safeLink: safeLink };
+  // A JSON request (a write with the session's CSRF token); rejects with the server's `detail` when refused.
+  function json(method, url, body) {
+    var options = { method: method, credentials: "same-origin", headers: { Accept: "application/json" } };
+    if (method !== "GET") options.headers["X-CSRFToken"] = csrf();
+    if (body !== undefined) {
+      options.headers["Content-Type"] = "application/json";
+      options.body = JSON.stringify(body);
+    }
+    return fetch(url, options).then(function (response) {
+      return response.json().catch(function () { return null; }).then(function (data) {
+        if (!response.ok) throw new Error(data && typeof data.detail === "string" ? data.detail : "HTTP " + response.status);
+        return data;
+      });
+    });
+  }
+
+  var VERDICTS = [["helpful", "Helpful"], ["wrong", "Wrong"], ["should_refuse", "Should have refused"],
+                  ["should_answer", "Should have answered"]];
+  var REFUSAL_VERDICTS = [["helpful", "Right not to answer"], ["should_answer", "Should have answered"]];
+
+  /* One person's verdict on an answer, as a group of toggle buttons (the Ask page's asker, the review desk's
+   * reviewer): POST `url` {kind}, DELETE `url` when the chosen one is pressed again. "Should have answered"
+   * opens a search over the documents the judge may read (GET /api/search), to name the one that answers.
+   * options: url, key (unique in the page), refused, question, judgement (or null), showNamed (default true:
+   * the document it names, under the buttons), onSaved(judgement or null), onError(message). Returns the element. */
+  function judge(options) {
+    var current = options.judgement ? options.judgement.kind : null;
+    var wrap = el("div", "turn-judge");
+    var group = el("div", "turn-rating");
+    group.setAttribute("role", "group");
+    group.setAttribute("aria-label", options.refused ? "Judge this refusal" : "Judge this answer");
+    group.appendChild(el("span", "muted", options.refused ? "Was it right not to answer?" : "Was this helpful?"));
+    (options.refused ? REFUSAL_VERDICTS : VERDICTS).forEach(function (choice) {
+      var button = el("button", "rate", choice[1]);
+      button.type = "button";
+      button.setAttribute("data-kind", choice[0]);
+      button.setAttribute("aria-pressed", current === choice[0] ? "true" : "false");
+      button.addEventListener("click", function () {
+        if (choice[0] === "should_answer" && current !== choice[0]) { documentPicker(options, wrap); return; }
+        var request = current === choice[0] ? json("DELETE", options.url).then(function () { return null; })
+                                             : json("POST", options.url, { kind: choice[0] });
+        request.then(options.onSaved, function (error) { options.onError(error.message); });
+      });
+      group.appendChild(button);
+    });
+    wrap.appendChild(group);
+    var named = options.showNamed !== false && options.judgement && options.judgement.document;
+    if (named) {
+      var line = el("p", "judge-named muted", "Answerable from: ");
+      var link = el(safeLink(named.link) ? "a" : "span", "", named.title);
+      if (safeLink(named.link)) link.href = named.link;
+      line.appendChild(link);
+      wrap.appendChild(line);
+    }
+    return wrap;
+  }
+
+  function documentPicker(options, wrap) {
+    var old = wrap.querySelector(".judge-document");
+    if (old) { old.querySelector("input[type=search]").focus(); return; }
+    var id = "judge-doc-" + options.key;
+    var form = el("form", "judge-document");
+    form.noValidate = true;
+    var label = el("label", "", "Which document answers it? (optional)");
+    label.htmlFor = id;
+    var input = el("input");
+    input.type = "search";
+    input.id = id;
+    input.value = options.question || "";
+    input.maxLength = 1000;
+    var find = el("button", "btn btn-small btn-ghost", "Find documents");
+    find.type = "button";
+    var choices = el("fieldset", "judge-choices");
+    choices.appendChild(el("legend", "visually-hidden", "Documents you can read"));
+    var save = el("button", "btn btn-small", "Save: should have answered");
+    save.type = "submit";
+    var status = el("p", "muted judge-status");
+    status.setAttribute("role", "status");
+    [label, input, find, choices, save, status].forEach(function (node) { form.appendChild(node); });
+
+    function search() {
+      var q = input.value.trim();
+      if (!q) return;
+      status.textContent = "Searching…";
+      json("GET", "/api/search?k=10&q=" + encodeURIComponent(q)).then(function (data) {
+        choices.querySelectorAll(".judge-choice").forEach(function (node) { node.remove(); });
+        var seen = {};
+        (data.hits || []).forEach(function (h) {
+          if (seen[h.document_id]) return;
+          seen[h.document_id] = true;
+          var row = el("div", "judge-choice");
+          var radio = el("input");
+          radio.type = "radio";
+          radio.name = id + "-choice";
+          radio.value = String(h.document_id);
+          radio.id = id + "-" + h.document_id;
+          var text = el("label", "", h.document_title);
+          text.htmlFor = radio.id;
+          row.appendChild(radio);
+          row.appendChild(text);
+          choices.appendChild(row);
+        });
+        var n = Object.keys(seen).length;
+        status.textContent = n ? n + " document" + (n === 1 ? "" : "s") + " found: choose the one that answers it."
+                               : "No document found; try other words.";
+      }).catch(function (error) { status.textContent = "The search failed: " + error.message; });
+    }
+    find.addEventListener("click", search);
+    input.addEventListener("keydown", function (event) {
+      if (event.key === "Enter") { event.preventDefault(); search(); }
+    });
+    form.addEventListener("submit", function (event) {
+      event.preventDefault();
+      var chosen = choices.querySelector("input:checked");
+      var body = { kind: "should_answer" };
+      if (chosen) body.document = Number(chosen.value);
+      save.disabled = true;
+      json("POST", options.url, body).then(options.onSaved, function (error) {
+        save.disabled = false;
+        status.textContent = "Not saved: " + error.message;
+      });
+    });
+    wrap.appendChild(form);
+    input.focus();
+    search();
+  }
+
+  window.KB = { el: el, csrf: csrf, safeLink: safeLink, json: json, judge: judge };
 })();

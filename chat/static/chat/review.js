@@ -137,6 +137,10 @@
     if (trimmed) item.appendChild(wholeButton(answer, item));
 
     if (answer.unsupported && answer.unsupported.length) item.appendChild(claimList(answer));
+    item.appendChild(judgementList(answer));
+    if (!answer.withheld && (answer.status === "done" || answer.status === "refused")) {
+      item.appendChild(verdictRow(answer, mine(answer)));  // the server refuses verdicts on a withheld answer
+    }
 
     var answerFlags = answer.feedback.filter(function (f) { return !f.citation; });
     if (answerFlags.length) {
@@ -177,6 +181,62 @@
     }
     item.appendChild(cites);
     return item;
+  }
+
+  /* Everyone's verdicts on the answer (the asker's and reviewers'), a named document only where the reviewer
+   * may read it. */
+  var VERDICT_LABEL = { helpful: "Helpful", wrong: "Wrong", should_refuse: "Should have refused",
+                        should_answer: "Should have answered" };
+
+  function judgementList(answer) {
+    var ul = el("ul", "review-judgements");
+    ul.setAttribute("aria-label", "Verdicts");
+    answer.judgements.forEach(function (j) {
+      var li = el("li", "review-judgement");
+      li.setAttribute("data-kind", j.kind);
+      var label = answer.status === "refused" && j.kind === "helpful" ? "Right not to answer" : VERDICT_LABEL[j.kind] || j.kind;
+      li.appendChild(el("span", "flag-kind", label));
+      li.appendChild(document.createTextNode(" by " + (j.judge || "a former user") + " (" + j.role + "), " + when(j.updated_at)));
+      if (j.document) {
+        li.appendChild(document.createTextNode(" · answerable from "));
+        var href = safeLink(j.document.link);
+        var link = el(href ? "a" : "span", "", j.document.title);
+        if (href) link.href = href;
+        li.appendChild(link);
+      }
+      if (j.note) li.appendChild(el("span", "flag-note", j.note));
+      ul.appendChild(li);
+    });
+    return ul;
+  }
+
+  var me = list.getAttribute("data-user");
+
+  function mine(answer) {
+    return answer.judgements.filter(function (j) { return j.judge === me && j.role === "reviewer"; })[0] || null;
+  }
+
+  /* The reviewer's own verdict (KB.judge): on a refusal, "should have answered" names the document. */
+  function verdictRow(answer, judgement) {
+    var row = el("div", "review-judge");
+    var node = window.KB.judge({
+      url: "/api/review/answers/" + answer.id + "/judgement", key: "review-" + answer.id,
+      refused: answer.status === "refused", question: answer.question, judgement: judgement,
+      showNamed: false,  // the list of verdicts above names it
+      onSaved: function (saved) {
+        answer.judgements = answer.judgements.filter(function (j) { return !(j.judge === me && j.role === "reviewer"); });
+        if (saved) answer.judgements.push(saved);
+        var item = row.parentNode;
+        item.replaceChild(judgementList(answer), item.querySelector(".review-judgements"));
+        item.replaceChild(verdictRow(answer, saved), row);
+      },
+      onError: function (message) { status.textContent = "Your verdict was not saved: " + message; }
+    });
+    var status = el("p", "flag-err");
+    status.setAttribute("role", "status");
+    row.appendChild(node);
+    row.appendChild(status);
+    return row;
   }
 
   /* The list carries the start of long answers and quotes; the whole text comes on demand. */

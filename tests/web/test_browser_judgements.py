@@ -1,0 +1,108 @@
+"""Judging answers in Chromium against a real Daphne: an employee says a refused question should have been
+answered and names the document that answers it; a support reviewer does the same on the review desk and
+judges an answer. Answers are produced in this process with the real services (tests.web.test_browser_ask)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS, VAULT
+from tests.factories import ingested_document
+from tests.web.conftest import assert_clean, assert_labelled, screenshot
+from tests.web.test_browser_ask import answered
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+TABS_QUESTION = "Which two tabs does the dialog for exporting shipments have?"
+# The first search a fresh Daphne serves loads the embedding model (tests.web.test_browser_ask.closest_links).
+FIRST_SEARCH_MS = 120_000
+
+
+def refused(user: Any, question: str, settings: Any) -> Any:
+    before = settings.KB_ANSWERABILITY
+    settings.KB_ANSWERABILITY = {**before, "cutoff": 0.999999}  # refused, whatever is found
+    try:
+        answer = answered(user, question)
+    finally:
+        settings.KB_ANSWERABILITY = before
+    assert answer.status == "refused", answer.status
+    return answer
+
+
+def name_the_document(scope: Any, title: str) -> None:
+    """In an open "which document answers it" search: choose `title` and save."""
+    scope.locator(".judge-choice").first.wait_for(timeout=FIRST_SEARCH_MS)
+    scope.get_by_label(title, exact=True).check()
+    scope.get_by_role("button", name="Save: should have answered").click()
+
+
+def test_an_employee_says_a_refusal_should_have_answered_and_names_the_document(
+    open_page: Any, people: dict[str, Any], settings: Any
+) -> None:
+    from chat.models import Judgement, Message
+
+    shipments = ingested_document(SHIPMENTS, "shipments.md")
+    vault = ingested_document(VAULT, "vault.md", public=False, groups=[people["groups"]["engineering"]])
+    refusal = refused(people["carol"], TABS_QUESTION, settings)
+
+    page = open_page(people["carol"])
+    page.goto(f"/?c={refusal.conversation_id}")
+    group = page.get_by_role("group", name="Judge this refusal")
+    group.get_by_role("button", name="Should have answered").click()
+    picker = page.locator(".judge-document")
+    assert picker.get_by_label("Which document answers it? (optional)").input_value() == TABS_QUESTION
+    picker.locator(".judge-choice").first.wait_for(timeout=FIRST_SEARCH_MS)
+    assert vault.title not in picker.inner_text()  # only documents carol may read are offered
+    assert_labelled(page)
+    screenshot(page, "judge-should-answer")
+    name_the_document(picker, shipments.title)
+    page.locator(".judge-named a").wait_for()
+    assert page.locator(".judge-named a").get_attribute("href") == f"/documents/{shipments.pk}/"
+
+    judgement = Judgement.objects.get()
+    assert (judgement.message_id, judgement.judge, judgement.role, judgement.kind, judgement.document_id) == (
+        refusal.pk, people["carol"], "asker", "should_answer", shipments.pk)
+    assert Message.objects.get(pk=refusal.pk).rating == -1
+
+    # Reloaded, the verdict is shown as given; pressing it again takes it back.
+    page.reload()
+    pressed = page.locator('.turn-rating button[data-kind="should_answer"][aria-pressed="true"]')
+    pressed.wait_for()
+    assert page.locator(".judge-named").inner_text() == f"Answerable from: {shipments.title}"
+    pressed.click()
+    page.locator('.turn-rating button[data-kind="should_answer"][aria-pressed="false"]').wait_for()
+    assert not Judgement.objects.exists() and Message.objects.get(pk=refusal.pk).rating == 0
+    assert_clean(page)
+
+
+def test_a_reviewer_marks_a_refusal_answerable_from_a_document_and_judges_an_answer(
+    open_page: Any, people: dict[str, Any], settings: Any
+) -> None:
+    from chat.models import Judgement
+
+    shipments = ingested_document(SHIPMENTS, "shipments.md")
+    refusal = refused(people["carol"], TABS_QUESTION, settings)
+    answer = answered(people["alice"], EXPORT_QUESTION)
+    assert answer.status == "done"
+
+    page = open_page(people["sam"])
+    page.goto("/review/")
+    item = page.locator(f".review-item[data-message='{refusal.pk}']")
+    item.wait_for()
+    item.get_by_role("group", name="Judge this refusal").get_by_role("button", name="Should have answered").click()
+    name_the_document(item.locator(".judge-document"), shipments.title)
+    listed = item.locator(".review-judgement[data-kind='should_answer']")
+    listed.wait_for()
+    assert "by sam (reviewer)" in listed.inner_text() and shipments.title in listed.inner_text()
+    verdict = Judgement.objects.get(message=refusal)
+    assert (verdict.judge, verdict.role, verdict.document_id) == (people["sam"], "reviewer", shipments.pk)
+
+    judged = page.locator(f".review-item[data-message='{answer.pk}']")
+    judged.get_by_role("group", name="Judge this answer").get_by_role("button", name="Helpful").click()
+    judged.locator(".review-judgement[data-kind='helpful']").wait_for()
+    assert Judgement.objects.get(message=answer).kind == "helpful"
+    assert_labelled(page)
+    assert_clean(page)
+    screenshot(page, "review-judgements")
