@@ -44,6 +44,17 @@ def test_due_are_the_scheduled_sources_whose_interval_passed_and_not_running() -
     assert "elapsed" in {s.name for s in sources_due(now)}
 
 
+@pytest.mark.django_db
+def test_a_source_every_minute_runs_at_every_tick_though_its_run_started_after_the_last_one() -> None:
+    """Beat ticks every 60 s; a run starts a moment after the tick that queued it, so at the next tick a
+    little under 60 s have passed. It is due all the same; one started half a minute ago is not."""
+    folder = Folder.objects.create(name="Handbook")
+    now = timezone.now()
+    _source("started-after-last-tick", folder, every=60, last_started_at=now - timedelta(seconds=57))
+    _source("started-just-now", folder, every=60, last_started_at=now - timedelta(seconds=20))
+    assert [s.name for s in sources_due(now)] == ["started-after-last-tick"]
+
+
 def test_the_tick_queues_due_sources_and_a_worker_runs_them(tmp_path: Path, celery_worker: Any) -> None:
     from kb.tasks import sources_due as tick
 
