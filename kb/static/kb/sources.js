@@ -5,7 +5,6 @@
 (() => {
   const RUNNING_MS = 1000, IDLE_MS = 5000;
   const marked = (name) => Array.from(document.querySelectorAll(`[data-source-${name}]`));
-  if (!marked("run").length && !marked("lag").length) return;
 
   const el = (tag, className, text) => {
     const node = document.createElement(tag);
@@ -60,5 +59,10 @@
     }
     window.setTimeout(refresh, wait);
   }
-  refresh();
+  // The admin loads this in <head> (ModelAdmin Media): look for the marked figures once the page is parsed.
+  function start() {
+    if (marked("run").length || marked("lag").length) refresh();
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
 })();
