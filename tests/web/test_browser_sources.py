@@ -103,8 +103,6 @@ RECORD_RUN = """pk => {
 }"""
 
 
-@pytest.mark.xfail(strict=True, reason="kb/static/kb/sources.js, in the admin's <head> (ModelAdmin Media), looks for the "
-                   "rows before they exist and stops: no /api/sources request, the cell never changes without a reload")
 def test_sync_now_in_the_admin_then_an_employee_finds_the_repositorys_sentence_with_its_citation(
     open_page: Any, people: dict[str, Any], handbook: Any, repository: Path, worker: Any
 ) -> None:
