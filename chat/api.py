@@ -54,6 +54,7 @@ class UnsupportedClaimOut(Schema):
     missing: list[str] = Field(description="What those quotes lack")
     verdict: Literal["open", "confirmed", "dismissed"]
     reviewer: str | None = None
+    judged_at: datetime | None = Field(default=None, description="When the reviewer gave the verdict")
 
 
 class JudgedDocumentOut(Schema):

@@ -127,6 +127,7 @@ class ClaimPayload(UnsupportedClaim):
 
     verdict: NotRequired[Literal["open", "confirmed", "dismissed"]]
     reviewer: NotRequired[str]
+    judged_at: NotRequired[str]  # ISO 8601: when the reviewer gave the verdict
 
 
 class DoneEvent(TypedDict):

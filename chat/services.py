@@ -321,7 +321,7 @@ def unsupported_claim_review(*, reviewer: Any, message_id: int, index: int, verd
             citation = message.citations.filter(number__in=claim["numbers"]).order_by("number").first()
             Feedback.objects.create(message=message, citation=citation, reviewer=reviewer, kind=Feedback.Kind.UNSUPPORTED,
                                     note=f"Not found in the source: {claim['sentence']}")
-        claim.update(verdict=verdict, reviewer=reviewer.get_username())
+        claim.update(verdict=verdict, reviewer=reviewer.get_username(), judged_at=timezone.now().isoformat())
         message.save(update_fields=["unsupported"])
     return message
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -13,13 +14,14 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.test import Client
+from django.utils import timezone
 
 from chat.evalset import OOD_KEYS, QUESTION_KEYS, normalised
 from chat.models import Judgement, Message
 from kb.models import Document, Folder
 from kb.services import folder_set_access
 from tests.chat.conftest import EXPORT_QUESTION, OOD_QUESTION, SHIPMENTS, VAULT, VAULT_QUESTION
-from tests.chat.test_api import answered
+from tests.chat.test_api import answered, answered_unsupported
 from tests.conftest import NO_SHARED_EVAL, SHARED_EVAL
 from tests.factories import ingested_document
 
@@ -179,6 +181,18 @@ def test_a_reviewer_judges_what_the_desk_shows_and_never_a_withheld_answer(
     client.force_login(people["carol"])
     theirs = client.get(f"/api/conversations/{refusal.conversation_id}").json()["messages"][1]
     assert theirs["judgements"] == []  # sam's verdict is the desk's
+
+
+def test_a_reviewers_verdict_on_an_unsupported_claim_says_who_and_when(
+    shelves: dict[str, Document], people: dict[str, Any], client: Client, settings: Any
+) -> None:
+    answer = answered_unsupported(people["carol"], settings)
+    client.force_login(people["sam"])
+    before = timezone.now()
+    response = post(client, f"/api/review/answers/{answer.pk}/unsupported/0", {"verdict": "dismissed"})
+    assert response.status_code == 200, response.content
+    claim = response.json()["unsupported"][0]
+    assert claim["reviewer"] == "sam" and before <= datetime.fromisoformat(claim["judged_at"]) <= timezone.now()
 
 
 # --------------------------------------------------------------------------- export
