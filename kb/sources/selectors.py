@@ -44,8 +44,10 @@ class SourceLag:
 def with_lag(sources: QuerySet[Source]) -> QuerySet[Source]:
     """`sources` with their lag figures annotated (read them with `lag_of`), in the same query."""
     pending = Q(changes__failure_reason="")
-    return sources.annotate(lag_pending=Count("changes", filter=pending), lag_failed=Count("changes", filter=~pending),
-                            lag_oldest=Min("changes__since", filter=pending))
+    annotated = sources.annotate(lag_pending=Count("changes", filter=pending), lag_failed=Count("changes", filter=~pending),
+                                 lag_oldest=Min("changes__since", filter=pending))
+    # A grouped query drops the model's default ordering: keep sources by name unless asked otherwise.
+    return annotated if annotated.ordered else annotated.order_by("name")
 
 
 def lag_of(source: Any) -> SourceLag:

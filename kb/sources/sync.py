@@ -94,11 +94,13 @@ class _Progress:
         return min(max(datetime.fromtimestamp(modified, tz=UTC), self.floor), self.seen_at)
 
     def seen(self, changes: Sequence[tuple[str, str, datetime]]) -> None:
-        """Record (path, action, since) as pending; a change already recorded keeps when it started."""
+        """Record (path, action, since) as pending. A change already recorded keeps when it started, and a
+        file that failed stays failed while it is tried again: a file refused on every run is reported
+        with its reason, never as a pending change as old as its first failure."""
         SourceChange.objects.bulk_create(
             [SourceChange(source=self.source, path=path, action=action, since=since, first_seen_at=self.seen_at)
              for path, action, since in changes],
-            update_conflicts=True, unique_fields=["source", "path"], update_fields=["action", "failure_reason"],
+            update_conflicts=True, unique_fields=["source", "path"], update_fields=["action"],
         )
 
     def searchable(self, path: str) -> None:

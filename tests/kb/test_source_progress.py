@@ -21,6 +21,7 @@ from django.test import Client
 from django.utils import timezone
 
 from kb import queues
+from kb.events import document_indexed
 from kb.models import Document, Folder, Source, SourceChange
 from kb.sources.git import ASKPASS_USER, cache_dir
 from kb.sources.secrets import secret_setting
@@ -166,6 +167,21 @@ def test_pending_and_failed_files_with_their_reasons(people: dict[str, Any], sha
     assert lag["last_change_seconds"] is not None and lag["listed_at"]
     change_page = client.get(f"/admin/kb/source/{source.pk}/change/").content.decode()
     assert "broken.md" in change_page and lag["failures"][0]["reason"].split(":")[0] in change_page
+
+    # Tried again on the next run, the refused file stays failed (never a pending change as old as its first
+    # failure); seen from inside the run, once its other change is indexed.
+    (share / "vacation.md").write_text(VACATION.replace("twenty-seven", "twenty-eight"))
+    during: list[tuple[str, str]] = []
+
+    def record(**kwargs: Any) -> None:
+        during.extend(SourceChange.objects.filter(source=source).values_list("path", "failure_reason"))
+
+    document_indexed.connect(record, dispatch_uid="h4-during")
+    try:
+        assert source_sync(source).changed == 1
+    finally:
+        document_indexed.disconnect(dispatch_uid="h4-during")
+    assert [path for path, _ in during] == ["broken.md"] and during[0][1]
 
     (share / "broken.md").unlink()  # the failed file is gone at the source: no longer failed
     source_sync(source)
