@@ -273,7 +273,7 @@ def source_add(request: HttpRequest, payload: SourceIn) -> Status[dict[str, Any]
         source = source_create(name=payload.name, kind=payload.kind, location=payload.location, folder_name=folder.name,
                                branch=payload.branch, path=payload.path, include=payload.include,
                                exclude=payload.exclude, every=_every(payload.every), shrink_guard=payload.shrink_guard,
-                               secret=payload.secret)
+                               secret=payload.secret, operator=False)
     except SourceNameTaken as exc:
         raise HttpError(409, str(exc)) from None
     except SourceRejected as exc:

@@ -4,6 +4,7 @@ KB_SOURCE_<NAME>_TOKEN setting (or its _FILE, a Docker/Kubernetes secret), else 
 
 from __future__ import annotations
 
+import os
 import re
 
 from django.core.exceptions import ImproperlyConfigured
@@ -13,9 +14,16 @@ from kb.models import Source
 from kb.sources.listing import ListingError
 
 
-def secret_setting(source: Source) -> str:
+def secret_setting(source: Source | str) -> str:
     """The setting naming a source's token: KB_SOURCE_ + its name in capitals, other characters as _ + _TOKEN."""
-    return f"KB_SOURCE_{re.sub(r'[^A-Z0-9]+', '_', source.name.upper()).strip('_')}_TOKEN"
+    name = source if isinstance(source, str) else source.name
+    return f"KB_SOURCE_{re.sub(r'[^A-Z0-9]+', '_', name.upper()).strip('_')}_TOKEN"
+
+
+def secret_setting_set(name: str) -> bool:
+    """Whether the operator set a token for sources of this name (the setting or its _FILE)."""
+    setting = secret_setting(name)
+    return bool(os.environ.get(setting) or os.environ.get(f"{setting}_FILE"))
 
 
 def source_secret(source: Source) -> str | None:

@@ -13,6 +13,7 @@ from kb.models import Folder, Source
 from kb.services import document_delete
 from kb.sources import git, site
 from kb.sources.listing import ListingError, sub_path
+from kb.sources.secrets import secret_setting, secret_setting_set
 from kb.sources.sync import SourceBusy, source_lock
 
 _DURATION = re.compile(r"^(\d+)\s*([smhd]?)$")
@@ -68,10 +69,15 @@ def _checked(*, name: str, kind: str, location: str, path: str, shrink_guard: fl
 @transaction.atomic
 def source_create(*, name: str, kind: str, location: str, folder_name: str, branch: str = "", path: str = "",
                   include: Sequence[str] = (), exclude: Sequence[str] = (), every: int | None = None,
-                  shrink_guard: float = 0.5, secret: str = "") -> Source:
+                  shrink_guard: float = 0.5, secret: str = "", operator: bool = True) -> Source:
     """A new source filling an existing folder. The folder must exist already: its access, set
-    deliberately, is what the source's documents get. `secret` is its token or password (kb.sources.secrets)."""
+    deliberately, is what the source's documents get. `secret` is its token or password (kb.sources.secrets).
+    Only an operator (`manage.py source add`, not the API) adds a source whose name has a token setting:
+    the setting's token would go to whatever location the adder gave."""
     name, location, clean_path = _checked(name=name, kind=kind, location=location, path=path, shrink_guard=shrink_guard)
+    if not operator and secret_setting_set(name):
+        raise SourceRejected(f"{secret_setting(name)} is set on the server for a source of this name: only an operator "
+                             "adds it (manage.py source add)")
     folder = Folder.objects.filter(name=folder_name).first()
     if folder is None:
         raise SourceRejected(f"no KB folder named {folder_name!r}: create it first, with the access its documents should have")
@@ -101,7 +107,13 @@ def source_change(*, source: Source, **changes: Any) -> Source:
         shrink_guard=merged["shrink_guard"], exclude_pk=source.pk)
     merged["branch"] = merged["branch"].strip()
     merged["include"], merged["exclude"] = list(merged["include"]), list(merged["exclude"])
-    if secret is None and merged["location"] != source.location:
+    moved = merged["location"] != source.location
+    # The operator's token setting is bound to the source's name and location as the operator knows them.
+    if (moved and secret_setting_set(source.name)) or (
+            merged["name"].lower() != source.name.lower() and secret_setting_set(merged["name"])):
+        raise SourceRejected(f"{secret_setting(source.name if moved else merged['name'])} holds a token on the server: "
+                             "its location and name change only while it is unset (then set it again)")
+    if secret is None and moved:
         secret = ""
     for field, value in merged.items():
         setattr(source, field, value)

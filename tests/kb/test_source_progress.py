@@ -309,3 +309,20 @@ def test_a_git_token_reaches_git_and_is_never_shown_back(people: dict[str, Any],
     assert client.get(f"/api/sources/{source.pk}").json()["credential"] == "set by KB_SOURCE_HANDBOOK_TOKEN"
     assert source_sync(source).status == "ok"
     assert TOKEN not in caplog.text
+
+    # The setting's token is bound to the source the operator set it for: through the API, no new location
+    # takes it elsewhere, no other source takes its name, and no new source is added under a name it names.
+    elsewhere = client.patch(f"/api/sources/{source.pk}", data={"location": "http://127.0.0.1:9/x.git"},
+                             content_type="application/json")
+    assert elsewhere.status_code == 400 and "KB_SOURCE_HANDBOOK_TOKEN" in elsewhere.json()["detail"]
+    other = Source.objects.create(name="other", kind="folder", location=str(tmp_path), folder=handbook)
+    renamed = client.patch(f"/api/sources/{other.pk}", data={"name": "Handbook"}, content_type="application/json")
+    assert renamed.status_code in (400, 409)
+    monkeypatch.setenv("KB_SOURCE_WIKI_TOKEN", TOKEN)
+    taken = client.post("/api/sources", data={"name": "wiki", "kind": "git", "location": "http://127.0.0.1:9/w.git",
+                                              "folder": handbook.pk}, content_type="application/json")
+    assert taken.status_code == 400 and "KB_SOURCE_WIKI_TOKEN" in taken.json()["detail"]
+    assert client.patch(f"/api/sources/{other.pk}", data={"name": "wiki"},
+                        content_type="application/json").status_code == 400
+    source.refresh_from_db()
+    assert source.location == served_repo + "/" and not Source.objects.filter(name="wiki").exists()
