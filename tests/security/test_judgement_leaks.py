@@ -1,5 +1,5 @@
 """Judgements in the leak suite (issue 29): verdicts on answers, the documents they name and the notes that
-quote a secret reach nobody outside the secret's audience, through the judgement APIs, the conversation
+quote a secret reach nobody outside the secret's audience, through the judgement and rating APIs, the conversation
 and review APIs that show verdicts, or the evaluation-set export (`manage.py export_judgements`). Naming a
 document one may not read looks like naming a missing one, and stores nothing."""
 
@@ -67,12 +67,13 @@ def probe_judgements(probes: Probes, name: str, client: Client, item: Restricted
     markers = item.markers()
     reader = Message.objects.get(pk=reader_answer)
     for method, path, body in (("POST", f"/api/messages/{reader_answer}/judgement", {"kind": "helpful"}),
+                               ("POST", f"/api/messages/{reader_answer}/rating", {"rating": -1}),
                                ("DELETE", f"/api/messages/{reader_answer}/judgement", None),
                                ("POST", f"/api/review/answers/{reader_answer}/judgement", {"kind": "wrong"})):
         response = post(client, path, body) if method == "POST" else client.delete(path)
-        probes.expect(f"{method} judgement of a reader's answer", name, response.status_code == 404,
-                      f"{path} answered {response.status_code}")
-        probes.check(f"{method} judgement of a reader's answer", name, response.content.decode(), markers)
+        surface = f"{method} {path.replace(str(reader_answer), '{id}')} on a reader's answer"
+        probes.expect(surface, name, response.status_code == 404, f"{path} answered {response.status_code}")
+        probes.check(surface, name, response.content.decode(), markers)
 
     asked = ask(client, item.secrets[0].questions[0])
     mine = asked["message"]
