@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
@@ -24,7 +25,7 @@ from kb.services import document_delete, document_queue_ingest, folder_sync_docu
 from kb.sources.git import redact
 from kb.sources.secrets import secret_state
 from kb.sources.selectors import lag_of, sources_lag, with_lag
-from kb.sources.services import source_remove
+from kb.sources.services import SourceRejected, parse_every, source_check, source_create, source_remove
 
 # What the document list names beside the index version, as (label, current state): search adds
 # its reranker and late interaction (search/admin.py), since kb may not import search.
@@ -266,11 +267,38 @@ class ChunkAdmin(StaffRuleMixin, admin.ModelAdmin):
         return False
 
 
+class SourceAddForm(forms.ModelForm):  # type: ignore[type-arg]
+    """Adding a source in the admin, under the rules of `manage.py source add` and /api/sources
+    (kb.sources.services.source_check); the folder among those the adder may read, the secret write-only."""
+
+    every_text = forms.CharField(label="Every", required=False, help_text="90s, 15m, 2h or 1d; empty: by hand only")
+    credential = forms.CharField(label="Secret", required=False, strip=False, widget=forms.PasswordInput(render_value=False),
+                             help_text="A token or password for the location, never shown back (or the server's "
+                                       "KB_SOURCE_<NAME>_TOKEN_FILE setting)")
+
+    class Meta:
+        model = Source
+        fields = ("name", "kind", "location", "branch", "path", "folder", "include", "exclude", "shrink_guard")
+
+    def clean(self) -> dict[str, Any]:
+        data: dict[str, Any] = super().clean() or {}
+        try:
+            data["every"] = parse_every(data["every_text"]) if data.get("every_text") else None
+            if data.get("folder") is not None:
+                source_check(name=data.get("name", ""), kind=data.get("kind", ""), location=data.get("location", ""),
+                             folder_name=data["folder"].name, path=data.get("path", ""),
+                             shrink_guard=data.get("shrink_guard", 0.5), operator=False)
+        except SourceRejected as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return data
+
+
 @admin.register(Source)
 class SourceAdmin(StaffRuleMixin, admin.ModelAdmin):
     """Where documents come from, how their last run went (live while it runs: kb/static/kb/sources.js polls
-    /api/sources) and how far the index is behind; "Sync now" queues a run. Adding and changing a source go
-    through `manage.py source` or /api/sources, which check the location (kb.sources.services)."""
+    /api/sources) and how far the index is behind; "Sync now" queues a run. A source is added here (the add
+    form) as with `manage.py source add` or /api/sources; changing one goes through those two, which keep a
+    secret with its location (kb.sources.services)."""
 
     list_display = ("name", "kind", "shown_location", "folder", "every", "last_run", "index_lag", "last_finished_at",
                     "last_success_at")
@@ -294,8 +322,30 @@ class SourceAdmin(StaffRuleMixin, admin.ModelAdmin):
     def readable_rows(self, user: Any, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset.filter(folder__in=folders_readable(user))
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return super().get_fields(request, obj) if obj is not None else (*SourceAddForm.Meta.fields, "every_text", "credential")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return self.readonly_fields if obj is not None else ()
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        if obj is None:
+            kwargs["form"] = SourceAddForm
+        return super().get_form(request, obj, change, **kwargs)
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "folder" and not request.user.is_superuser:  # its documents take the folder's access
+            kwargs["queryset"] = folders_readable(request.user).order_by("name")
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request: HttpRequest, obj: Source, form: Any, change: bool) -> None:
+        data = form.cleaned_data
+        created = source_create(name=data["name"], kind=data["kind"], location=data["location"],
+                                folder_name=data["folder"].name, branch=data.get("branch", ""), path=data.get("path", ""),
+                                include=data.get("include") or [], exclude=data.get("exclude") or [], every=data["every"],
+                                shrink_guard=data["shrink_guard"], secret=data.get("credential", ""), operator=False)
+        obj.pk = created.pk
+        obj.refresh_from_db()
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # Removing a source removes its documents (as `manage.py source remove` does): that needs both.

@@ -66,14 +66,12 @@ def _checked(*, name: str, kind: str, location: str, path: str, shrink_guard: fl
     return name, location.strip(), clean_path
 
 
-@transaction.atomic
-def source_create(*, name: str, kind: str, location: str, folder_name: str, branch: str = "", path: str = "",
-                  include: Sequence[str] = (), exclude: Sequence[str] = (), every: int | None = None,
-                  shrink_guard: float = 0.5, secret: str = "", operator: bool = True) -> Source:
-    """A new source filling an existing folder. The folder must exist already: its access, set
-    deliberately, is what the source's documents get. `secret` is its token or password (kb.sources.secrets).
-    Only an operator (`manage.py source add`, not the API) adds a source whose name has a token setting:
-    the setting's token would go to whatever location the adder gave."""
+def source_check(*, name: str, kind: str, location: str, folder_name: str, path: str = "", shrink_guard: float = 0.5,
+                 operator: bool = True) -> tuple[str, str, str, Folder]:
+    """Whether a source may be added as asked (SourceRejected says why): (name, location, sub-path) cleaned
+    and its folder. The folder must exist already: its access, set deliberately, is what the source's
+    documents get. Only an operator (`manage.py source add`, not the API or the admin) adds a source whose
+    name has a token setting: the setting's token would go to whatever location the adder gave."""
     name, location, clean_path = _checked(name=name, kind=kind, location=location, path=path, shrink_guard=shrink_guard)
     if not operator and secret_setting_set(name):
         raise SourceRejected(f"{secret_setting(name)} is set on the server for a source of this name: only an operator "
@@ -81,6 +79,17 @@ def source_create(*, name: str, kind: str, location: str, folder_name: str, bran
     folder = Folder.objects.filter(name=folder_name).first()
     if folder is None:
         raise SourceRejected(f"no KB folder named {folder_name!r}: create it first, with the access its documents should have")
+    return name, location, clean_path, folder
+
+
+@transaction.atomic
+def source_create(*, name: str, kind: str, location: str, folder_name: str, branch: str = "", path: str = "",
+                  include: Sequence[str] = (), exclude: Sequence[str] = (), every: int | None = None,
+                  shrink_guard: float = 0.5, secret: str = "", operator: bool = True) -> Source:
+    """A new source filling an existing folder, under the rules of `source_check`. `secret` is its token or
+    password (kb.sources.secrets)."""
+    name, location, clean_path, folder = source_check(name=name, kind=kind, location=location, folder_name=folder_name,
+                                                      path=path, shrink_guard=shrink_guard, operator=operator)
     return Source.objects.create(name=name, kind=kind, location=location, folder=folder, branch=branch.strip(),
                                  path=clean_path, include=list(include), exclude=list(exclude), every=every,
                                  shrink_guard=shrink_guard, secret=secret)

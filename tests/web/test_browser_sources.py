@@ -85,7 +85,6 @@ def add_in_admin(page: Any, repository: Path) -> Any:
     return Source.objects.get(name="handbook")
 
 
-@pytest.mark.xfail(strict=True, reason="the Source admin has no add form yet (kb/admin.py SourceAdmin.has_add_permission)")
 def test_an_admin_adds_a_git_source_in_the_admin(open_page: Any, people: dict[str, Any], handbook: Any,
                                                   repository: Path) -> None:
     source = add_in_admin(open_page(people["admin"]), repository)
