@@ -15,7 +15,8 @@ passage cited: wins/losses and the exact sign test; "within" when neither recall
 drops by more than one query), and the late stage's decode + MaxSim time for 20 chunks (median over the
 set's questions, load average beside it).
 
-Options (combined with "+", e.g. stop+1bit): `int4` (4-bit codes, one float16 scale per piece), `1bit`
+Options (combined with "+", e.g. stop+1bit): `int4` (4-bit codes, one float16 scale per piece), `2bit`
+(four levels, one float16 scale per piece), `1bit`
 (sign bits, one float16 scale per piece: the mean absolute value), `c1bit` (sign bits around the chunk's
 mean piece, which is stored as int8), `stop` (drop the pieces of words with no
 lexeme in PostgreSQL's English configuration: stop words and punctuation, which the query side already
@@ -79,6 +80,16 @@ def int4(vectors: np.ndarray) -> tuple[np.ndarray, int]:
     return (codes * scale).astype(np.float32), len(vectors) * (2 + vectors.shape[1] // 2)
 
 
+def two_bit(vectors: np.ndarray) -> tuple[np.ndarray, int]:
+    """Four levels per value (Lloyd-Max for a normal distribution: ±0.453σ, ±1.510σ, cut at ±0.982σ), with
+    one float16 σ per piece."""
+    sigma = vectors.std(axis=1, keepdims=True).astype(np.float16).astype(np.float32)
+    sigma[sigma == 0] = 1
+    z = np.abs(vectors) / sigma
+    level = np.where(z > 0.982, 1.510, 0.453) * np.sign(vectors)
+    return (level * sigma).astype(np.float32), len(vectors) * (2 + vectors.shape[1] // 4)
+
+
 def one_bit(vectors: np.ndarray) -> tuple[np.ndarray, int]:
     scale = np.abs(vectors).mean(axis=1, keepdims=True).astype(np.float16).astype(np.float32)
     return (np.where(vectors >= 0, 1.0, -1.0) * scale).astype(np.float32), len(vectors) * (2 + vectors.shape[1] // 8)
@@ -94,7 +105,7 @@ def centered_bit(vectors: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 CODES: dict[str, Callable[[np.ndarray], tuple[np.ndarray, int]]] = {
-    "int8": int8, "int4": int4, "1bit": one_bit, "c1bit": centered_bit}
+    "int8": int8, "int4": int4, "2bit": two_bit, "1bit": one_bit, "c1bit": centered_bit}
 
 
 def kept(chunk: Chunk, parts: Sequence[str]) -> np.ndarray:
@@ -253,6 +264,13 @@ def _decoder(option: str, chunks: Sequence[Chunk]) -> Callable[[Chunk], np.ndarr
         elif "1bit" in parts:
             scale = np.abs(v).mean(axis=1).astype("<f2")
             stored[c.id] = (scale.tobytes(), np.packbits(v >= 0, axis=1).tobytes())
+        elif "2bit" in parts:
+            sigma = v.std(axis=1).astype("<f2")
+            safe = np.where(sigma == 0, 1, sigma).astype(np.float32)[:, None]
+            codes2 = (np.where(v >= 0, 2, 0) + (np.abs(v) / safe > 0.982)).astype(np.uint8)
+            quads = codes2.reshape(len(v), -1, 4)
+            stored[c.id] = (sigma.tobytes(), (quads[..., 0] << 6 | quads[..., 1] << 4 | quads[..., 2] << 2
+                                              | quads[..., 3]).astype(np.uint8).tobytes())
         elif "int4" in parts:
             scale = (np.abs(v).max(axis=1).astype("<f2").astype(np.float32) / 7)
             scale[scale == 0] = 1
@@ -261,6 +279,7 @@ def _decoder(option: str, chunks: Sequence[Chunk]) -> Callable[[Chunk], np.ndarr
         else:
             stored[c.id] = (b"", pack(v))
     signs = np.array([-1.0, 1.0], dtype=np.float32)
+    levels = np.array([-0.453, -1.510, 0.453, 1.510], dtype=np.float32)  # by code: sign bit, then large bit
 
     def decode(c: Chunk) -> np.ndarray:
         scales, codes = stored[c.id]
@@ -274,6 +293,13 @@ def _decoder(option: str, chunks: Sequence[Chunk]) -> Callable[[Chunk], np.ndarr
             s = np.frombuffer(scales, dtype="<f2").astype(np.float32)
             bits = np.unpackbits(np.frombuffer(codes, dtype=np.uint8).reshape(len(s), -1), axis=1)
             return signs[bits] * s[:, None]
+        if "2bit" in parts:
+            s = np.frombuffer(scales, dtype="<f2").astype(np.float32)
+            s[s == 0] = 1
+            bytes2 = np.frombuffer(codes, dtype=np.uint8).reshape(len(s), -1, 1)
+            quads = (bytes2 >> np.array([6, 4, 2, 0], dtype=np.uint8)) & 3
+            decoded2: np.ndarray = levels[quads.reshape(len(s), dimensions)] * s[:, None]
+            return decoded2
         if "int4" in parts:
             s = np.frombuffer(scales, dtype="<f2").astype(np.float32) / np.float32(7)
             packed = np.frombuffer(codes, dtype=np.uint8).reshape(len(s), -1)
