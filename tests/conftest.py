@@ -177,16 +177,19 @@ class SharedWorker:
     def __init__(self) -> None:
         self.process: subprocess.Popen[str] | None = None
         self.hostname = ""
+        self.redis_run = ""
 
     def get(self) -> subprocess.Popen[str]:
-        """Running and answering: continued where it was stopped, started where there is none (or it died)."""
+        """Running and answering: continued where it was stopped, started where there is none, it died or Redis
+        restarted under it (redis_run_id)."""
         from kb.celery import app
 
-        if self.process is not None and self.process.poll() is None:
+        if self.process is not None and self.process.poll() is None and self.redis_run == redis_run_id():
             os.killpg(self.process.pid, signal.SIGCONT)
             if app.control.ping(destination=[self.hostname], timeout=10):
                 return self.process
-            self.stop()  # continued but deaf (its broker connection went while it was stopped): a new one
+        self.stop()
+        self.redis_run = redis_run_id()
         self.hostname = f"celery-session-worker-{os.getpid()}-{time.monotonic_ns()}@localhost"
         self.process = start_worker("celery-session-worker", hostname=self.hostname)
         return self.process
@@ -289,10 +292,49 @@ def port_of(base: str) -> int:
     return port
 
 
+def redis_run_id() -> str:
+    """Which run of the session's Redis this is: tests/robust/test_sweeper.py restarts it, and a process started
+    before that holds connections that fail once (a Daphne's channel layer closes the next socket with 1011)."""
+    import redis
+    from django.conf import settings
+
+    return str(redis.Redis.from_url(settings.REDIS_URL).info("server")["run_id"])
+
+
+class SharedWeb:
+    """The session's Daphne, started when a test first needs it and again after Redis restarted under it."""
+
+    def __init__(self) -> None:
+        self.server: contextlib.ExitStack | None = None
+        self.base = ""
+        self.redis_run = ""
+
+    def get(self) -> str:
+        if self.server is None or self.redis_run != redis_run_id():
+            self.stop()
+            self.redis_run = redis_run_id()
+            self.server = contextlib.ExitStack()
+            self.base = self.server.enter_context(daphne())
+        return self.base
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+
 @pytest.fixture(scope="session")
-def web_server(django_db_setup: None) -> Iterator[str]:
-    """The session's Daphne, as `make run` starts it, with this process's SECRET_KEY; its base URL. Tests using
-    it are transactional, so what they commit is what it serves, and the tables are emptied between tests.
-    Tests that need other settings in the server, or stop it, start their own (daphne)."""
-    with daphne() as base:
-        yield base
+def _shared_web(django_db_setup: None) -> Iterator[SharedWeb]:
+    shared = SharedWeb()
+    try:
+        yield shared
+    finally:
+        shared.stop()
+
+
+@pytest.fixture
+def web_server(_shared_web: SharedWeb) -> str:
+    """The session's Daphne (SharedWeb), as `make run` starts it, with this process's SECRET_KEY; its base URL.
+    Tests using it are transactional, so what they commit is what it serves, and the tables are emptied between
+    tests. Tests that need other settings in the server, or stop it, start their own (daphne)."""
+    return _shared_web.get()
