@@ -267,7 +267,7 @@ class ChunkAdmin(StaffRuleMixin, admin.ModelAdmin):
         return False
 
 
-class SourceAddForm(forms.ModelForm):  # type: ignore[type-arg]
+class SourceAddForm(forms.ModelForm):
     """Adding a source in the admin, under the rules of `manage.py source add` and /api/sources
     (kb.sources.services.source_check); the folder among those the adder may read, the secret write-only."""
 
