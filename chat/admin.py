@@ -129,9 +129,9 @@ class MessageAdmin(MessageRowsMixin, StaffRuleMixin, admin.ModelAdmin):
     list_filter = ("role", "status", "backend", "intent")
     list_select_related = ("conversation",)
     search_fields = ("text",)
-    exclude = ("job_id",)
+    exclude = ("job_id", "query_vector")  # 384 numbers say nothing to a person
     # All of it: its sources decide who may read it, and chat.support's flags go through the review API.
-    readonly_fields = tuple(f.name for f in Message._meta.fields if f.name not in {"id", "job_id"})
+    readonly_fields = tuple(f.name for f in Message._meta.fields if f.name not in {"id", "job_id", "query_vector"})
     inlines = (CitationInline, FeedbackInline)
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -110,6 +110,10 @@ class AnswerRecord:
     # failed answer is checked against all of them (chat.selectors), not only against what ends up cited.
     sources: list[int] = field(default_factory=list)
     withdrawn: bool = False  # access changed while the model wrote: the stored text goes too
+    # The answerability signals and the query's embedding: what a refit from verdicts and the
+    # content-gap topics read back (staff-only, like the refusal reason).
+    signals: dict[str, Any] = field(default_factory=dict)
+    vector: list[float] | None = None
 
 
 class AnswerStream(Iterator[Event]):
@@ -168,6 +172,8 @@ def _answered(record: AnswerRecord, *, user: Any, question: str, message: int, r
     retrieval_ms = _elapsed(started)
     timings: Timings = {"retrieval_ms": retrieval_ms, "first_token_ms": None, "total_ms": None}
     record.intent, record.nearest_distance, record.threshold = result.intent, result.nearest_distance, result.threshold
+    record.signals = result.signals.as_json() if result.signals else {}
+    record.vector = result.vector.tolist() if result.vector is not None else None
     if not result.answerable:
         # NO ANSWER is decided by retrieval's answerability model (search.answerability), before any model writes.
         timings["total_ms"] = _elapsed(started)

@@ -7,6 +7,9 @@ import uuid
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
+from pgvector.django import VectorField
+
+from kb.models import EMBEDDING_DIMENSIONS
 
 
 class Conversation(models.Model):
@@ -71,6 +74,11 @@ class Message(models.Model):
     unsupported = models.JSONField(default=list, blank=True)
     nearest_distance = models.FloatField(null=True, blank=True)
     threshold = models.FloatField(null=True, blank=True)
+    # What retrieval saw (search.answerability.Signals as JSON) and the question's embedding: the features a
+    # refit from this deployment's verdicts uses, and what content gaps group questions by. Staff-only, like
+    # refusal_reason: the nearest distance says how close a readable passage came.
+    signals = models.JSONField(default=dict, blank=True)
+    query_vector = VectorField(dimensions=EMBEDDING_DIMENSIONS, null=True, blank=True)
     retrieval_ms = models.FloatField(null=True, blank=True)
     first_token_ms = models.FloatField(null=True, blank=True)
     total_ms = models.FloatField(null=True, blank=True)

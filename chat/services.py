@@ -273,7 +273,8 @@ def _store(writer: _Writer, event: Event, record: AnswerRecord) -> str | None:
 
 
 def _search_facts(record: AnswerRecord) -> dict[str, Any]:
-    return {"intent": record.intent, "nearest_distance": record.nearest_distance, "threshold": record.threshold}
+    return {"intent": record.intent, "nearest_distance": record.nearest_distance, "threshold": record.threshold,
+            "signals": record.signals, "query_vector": record.vector}
 
 
 def _citation_row(message_id: int, citation: CitationPayload) -> Citation:

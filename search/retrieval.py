@@ -111,6 +111,7 @@ class SearchResult:
     signals: answerability.Signals | None = None
     probability: float | None = None  # the answerability model's, when one decided
     cutoff: float | None = None
+    vector: np.ndarray | None = None  # the query's embedding: stored with the answer for content-gap topics
 
     @property
     def passed(self) -> list[Hit]:
@@ -343,6 +344,7 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
         return result
 
     vector, pieces = embedding.embed_query(query)
+    result.vector = vector
     timings["embed"] = (time.perf_counter() - started) * 1000
     rows = _candidates(principals=principals, query=query, vector=vector, options=options)
     timings["sql"] = (time.perf_counter() - started) * 1000 - timings["embed"]

@@ -7,6 +7,7 @@ import socket
 from datetime import timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 from django.utils import timezone
 
@@ -62,6 +63,10 @@ def test_the_producer_stores_the_answer_and_its_citations(corpus: dict[str, Docu
     citation = answer.citations.get()
     assert citation.quote == citation.chunk.content and citation.document == corpus["shipments"]
     assert answer_produce(message_id=answer.pk) is None  # produced once; a redelivered job does nothing
+    # What a refit from verdicts and the content-gap topics read back: the signals and the question's embedding.
+    assert answer.signals["nearest"] == answer.nearest_distance and set(answer.signals) >= {"gap", "weakest"}
+    vector = np.asarray(answer.query_vector)
+    assert vector.shape == (384,) and abs(float(np.linalg.norm(vector)) - 1) < 1e-3
 
 
 def test_an_answer_abandoned_mid_stream_starts_over_clean(corpus: dict[str, Document], people: dict[str, Any]) -> None:
@@ -95,6 +100,7 @@ def test_an_out_of_domain_question_is_refused_and_no_backend_is_called(
     assert not any(c.isdigit() for c in events[-1]["text"])  # the signals are the reviewers', never the asker's
     assert answer.status == Message.Status.REFUSED and answer.refused
     assert answer.refusal_reason.startswith("NO ANSWER") and answer.backend == "" and not answer.citations.exists()
+    assert answer.signals["nearest"] > answer.threshold and answer.query_vector is not None  # a refusal keeps both too
 
 
 def test_a_model_answer_gets_server_citations_only_for_numbers_it_used(
