@@ -198,3 +198,63 @@ class Judgement(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} on message {self.message_id}"
+
+
+class ReviewGrant(models.Model):
+    """Lets one support reviewer see in full, on the review desk only, the answers of a group or a folder: those
+    all of whose sources the group may read, or that lie in the folder and take its access (chat.selectors'
+    review scope). Nothing else opens to them; deleting the grant revokes it from the next request on."""
+
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="review_grants",
+                                 help_text="A member of the review group (KB_REVIEW_GROUP)")
+    group = models.ForeignKey("auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="+",
+                              help_text="Answers all of whose sources this group may read")
+    folder = models.ForeignKey("kb.Folder", null=True, blank=True, on_delete=models.CASCADE, related_name="+",
+                               help_text="Answers all of whose sources lie in this folder and take its access")
+    # Who gave it stays on record after they leave, unnamed (as Feedback.reviewer).
+    granted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    note = models.CharField(max_length=300, blank=True, help_text="Why: a ticket, a project")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["reviewer_id", "pk"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(group__isnull=True) ^ models.Q(folder__isnull=True),
+                                   name="chat_reviewgrant_group_xor_folder"),
+            models.UniqueConstraint(fields=["reviewer", "group"], name="chat_reviewgrant_reviewer_group"),
+            models.UniqueConstraint(fields=["reviewer", "folder"], name="chat_reviewgrant_reviewer_folder"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reviewer} reviews {self.scope}"
+
+    @property
+    def scope(self) -> str:
+        return f"group {self.group}" if self.group_id else f"folder {self.folder}"
+
+
+class ReviewAccess(models.Model):
+    """The access log: one row each time the review desk showed a reviewer an answer they could not read on their
+    own, through a ReviewGrant. Written by chat.selectors, read by superusers only (the admin, its CSV export)."""
+
+    class Surface(models.TextChoices):
+        REVIEW_PAGE = "review_page", "Review page"
+        REVIEW_API = "review_api", "Review API"
+        REVIEW_CONVERSATION = "review_conversation", "Review conversation (replay)"
+
+    # Kept by name and number: the log outlives the reviewer's account and the answer.
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    reviewer_name = models.CharField(max_length=150)
+    answer = models.BigIntegerField(db_index=True, help_text="The answer's id (chat.Message)")
+    surface = models.CharField(max_length=32, choices=Surface.choices)
+    grants = models.CharField(max_length=1000, help_text="The grants it was shown through")
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-at", "-pk"]
+        verbose_name = "review access log entry"
+        verbose_name_plural = "review access log"
+
+    def __str__(self) -> str:
+        return f"{self.reviewer_name} read answer {self.answer} ({self.get_surface_display()})"
