@@ -42,6 +42,19 @@ def visible_documents(user: Any) -> QuerySet[Document]:
     return Document.objects.filter(readable_filter(user))
 
 
+def group_documents(group_id: int) -> QuerySet[Document]:
+    """Documents a member of the group may read through it alone (the group's and everyone's), read as
+    `visible_documents` reads a user's: what a review grant for the group opens (chat.review_scope)."""
+
+    return Document.objects.filter(acl__overlap=[EVERYONE, group_principal(group_id)])
+
+
+def folder_documents(folder_id: int) -> QuerySet[Document]:
+    """Documents whose readers are the folder's: those in it that take its access (not those with their own)."""
+
+    return Document.objects.filter(folder_id=folder_id, inherit_access=True)
+
+
 def hold_folder_grants(folder_id: int | None) -> bool:
     """Keep a folder's grants as they are until this transaction ends (its row FOR SHARE), before
     reading them for a document; False when the folder is gone.
