@@ -15,6 +15,7 @@ from typing import Any
 from django.db import transaction
 
 from chat.models import Judgement, Message
+from chat.review_scope import review_scope
 from chat.selectors import is_reviewer, is_withheld
 from chat.services import ChatError, NotFound
 from kb.access import visible_documents
@@ -35,7 +36,8 @@ def _judged_answer(*, judge: Any, message_id: int, role: str) -> Message:
     elif not is_reviewer(judge):
         answers = answers.none()
     message = answers.first()
-    if message is None or is_withheld(message, viewer=judge):
+    scope = review_scope(judge) if role == Judgement.Role.REVIEWER else None  # grants count on the review desk only
+    if message is None or is_withheld(message, viewer=judge, scope=scope):
         raise NotFound("no such answer")
     return message
 

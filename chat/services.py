@@ -20,7 +20,7 @@ from chat import conf
 from chat.answering import AnswerRecord, answer_stream
 from chat.events import CitationPayload, Event, publish
 from chat.models import Citation, Conversation, Feedback, Message
-from chat.selectors import earlier_questions, is_withheld
+from chat.selectors import earlier_questions, withheld_from_reviewer
 from kb import queues
 
 log = logging.getLogger(__name__)
@@ -288,11 +288,12 @@ def feedback_add(*, reviewer: Any, message: Message, kind: str, citation_number:
                  note: str = "") -> Feedback:
     """Flag an answer, or one of its citations, as wrong source / unsupported / outdated.
 
-    Nobody judges an answer withheld from them (chat.selectors): to them it does not exist.
+    Nobody judges an answer withheld from them on the review desk (chat.selectors, their review grants
+    counting): to them it does not exist.
     """
     if kind not in Feedback.Kind.values:
         raise ChatError(f"unknown feedback kind {kind!r}; one of {', '.join(Feedback.Kind.values)}")
-    if is_withheld(message, viewer=reviewer):
+    if withheld_from_reviewer(message, reviewer=reviewer):
         raise NotFound("no such answer")
     citation = None
     if citation_number is not None:
@@ -313,7 +314,7 @@ def unsupported_claim_review(*, reviewer: Any, message_id: int, index: int, verd
         raise ChatError(f"verdict must be 'confirmed' or 'dismissed', not {verdict!r}")
     with transaction.atomic():
         message = Message.objects.select_for_update().filter(pk=message_id, role=Message.Role.ASSISTANT).first()
-        if message is None or is_withheld(message, viewer=reviewer):
+        if message is None or withheld_from_reviewer(message, reviewer=reviewer):
             raise NotFound("no such answer")
         if not 0 <= index < len(message.unsupported):
             raise NotFound("no such claim")
