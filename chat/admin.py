@@ -1,8 +1,10 @@
-"""Read-mostly admin for conversations, answers and feedback; reviewing happens in the review API.
+"""Read-mostly admin for conversations, answers and feedback; reviewing happens in the review API. Review
+grants are given and revoked here, and superusers read (and export) the review access log here.
 
 Staff who are not superusers get only what they may read (kb.admin.StaffRuleMixin): answers whose every
 source they may read (chat.selectors.messages_readable), since an answer, its quotes and its flags may repeat
-any of them, and only those whose deletion takes nothing else with it that they may not read."""
+any of them, and only those whose deletion takes nothing else with it that they may not read; review grants
+only of groups they belong to and folders they may read (chat.review_scope)."""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ from django.contrib import admin
 from django.contrib.admin.widgets import ForeignKeyRawIdWidget
 from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, StreamingHttpResponse
 
-from chat.models import Citation, Conversation, Feedback, Message
+from chat.models import Citation, Conversation, Feedback, Message, ReviewAccess, ReviewGrant
+from chat.review_scope import access_log_csv, grantable_folders, grantable_groups, grants_manageable, reviewers
 from chat.selectors import messages_readable
 from kb.access import visible_documents
 from kb.admin import ReadableRowsMixin, StaffRuleMixin
@@ -175,3 +178,79 @@ class FeedbackAdmin(FeedbackRowsMixin, StaffRuleMixin, admin.ModelAdmin):
         if not change:
             obj.reviewer = request.user  # type: ignore[assignment]
         super().save_model(request, obj, form, change)
+
+
+class ReviewGrantForm(forms.ModelForm):
+    class Meta:
+        model = ReviewGrant
+        fields = ("reviewer", "group", "folder", "note")
+
+    def clean(self) -> dict[str, Any]:
+        data: dict[str, Any] = super().clean() or {}
+        if (data.get("group") is None) == (data.get("folder") is None):
+            raise ValidationError("Choose a group or a folder (one of them).")
+        return data
+
+
+@admin.register(ReviewGrant)
+class ReviewGrantAdmin(StaffRuleMixin, admin.ModelAdmin):
+    """Review grants: which support reviewer sees which group's or folder's answers in full on the review desk.
+    Deleting one revokes it from the reviewer's next request. The choices are the staff rule's: a group the
+    granter belongs to, a folder they may read (superusers: any), a reviewer of the review group."""
+
+    form = ReviewGrantForm
+    list_display = ("reviewer", "scope", "granted_by", "note", "created_at")
+    list_select_related = ("reviewer", "group", "folder", "granted_by")
+    list_filter = ("group", "folder")
+    search_fields = ("reviewer__username", "note")
+    readonly_fields = ("granted_by", "created_at")
+
+    def readable_rows(self, user: Any, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(pk__in=grants_manageable(user).values("pk"))
+
+    def get_list_filter(self, request: HttpRequest) -> Any:
+        return self.list_filter if request.user.is_superuser else ()  # the filters name every group and folder
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        choices = {"reviewer": lambda user: reviewers(), "group": grantable_groups,
+                   "folder": grantable_folders}.get(db_field.name)
+        if choices is not None:
+            kwargs["queryset"] = choices(request.user)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request: HttpRequest, obj: ReviewGrant, form: object, change: bool) -> None:
+        obj.granted_by = request.user  # type: ignore[assignment]  # a change is a new grant from whoever made it
+        super().save_model(request, obj, form, change)
+
+
+@admin.register(ReviewAccess)
+class ReviewAccessAdmin(admin.ModelAdmin):
+    """The review access log: superusers only, read-only; "Export as CSV" downloads the selected rows."""
+
+    list_display = ("at", "reviewer_name", "answer", "surface", "grants")
+    list_filter = ("surface",)
+    search_fields = ("reviewer_name", "=answer")
+    date_hierarchy = "at"
+    readonly_fields = list_display
+    actions = ("export_csv",)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_active and request.user.is_superuser)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.has_module_permission(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.action(description="Export as CSV", permissions=["view"])
+    def export_csv(self, request: HttpRequest, queryset: QuerySet[ReviewAccess]) -> StreamingHttpResponse:
+        response = StreamingHttpResponse(access_log_csv(queryset), content_type="text/csv")
+        response["Content-Disposition"] = 'attachment; filename="review-access-log.csv"'
+        return response

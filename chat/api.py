@@ -19,8 +19,8 @@ from accounts.models import Scope
 from chat import judgements, selectors, services
 from chat.events import CitationPayload, EventSchema
 from chat.judgements import JudgementView
-from chat.models import Conversation, Judgement, Message
-from chat.selectors import FeedbackView, MessageView, ReviewView
+from chat.models import Conversation, Judgement, Message, ReviewAccess
+from chat.selectors import FeedbackView, MessagePage, MessageView, ReviewView
 from kb.api_contract import BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, TypedIn
 
 router = Router(tags=["chat"], auth=api_auth(Scope.ASK))
@@ -96,6 +96,9 @@ class MessageOut(Schema):
     rating: int = Field(description="The asker's thumbs: 1 helpful, -1 any other verdict, 0 none")
     judgements: list[JudgementOut] = Field(description="Verdicts on the answer: the caller's own; on the review "
                                                        "desk everyone's (none on a withheld answer)")
+    review_grants: list[str] = Field(description="On the review desk: the caller's review grants this answer is "
+                                                 "shown through (each such read is logged); empty when they may "
+                                                 "read every document it drew on, or it is withheld")
     created_at: datetime
     events: list[EventSchema] = Field(description="The message as the events its stream sends (a replay of it)")
 
@@ -170,6 +173,7 @@ class ReviewAnswerBriefOut(Schema):
     unsupported: list[UnsupportedClaimOut]
     feedback: list[FeedbackOut]
     judgements: list[JudgementOut]
+    review_grants: list[str] = Field(description="The caller's review grants this answer is shown through (logged)")
     created_at: datetime
 
 
@@ -220,7 +224,7 @@ def _message(view: MessageView, judged: dict[int, list[dict[str, Any]]]) -> dict
         "withheld": view.withheld, "intent": m.intent, "refusal_reason": view.refusal_reason, "error": view.error,
         "backend": m.backend, "model": m.model, "notice": m.notice, "timings": view.timings,
         "citations": view.citations, "restricted_citations": view.restricted, "unsupported": view.unsupported,
-        "rating": m.rating, "judgements": judged.get(m.pk, []),
+        "rating": m.rating, "judgements": judged.get(m.pk, []), "review_grants": view.grants,
         "created_at": m.created_at, "events": selectors.message_events(view),
     }
 
@@ -266,13 +270,23 @@ def _review_brief(review: ReviewView, judged: dict[int, list[dict[str, Any]]]) -
         "text_truncated": text_truncated, "withheld": view.withheld, "refusal_reason": view.refusal_reason,
         "error": view.error, "backend": m.backend, "citations": citations, "restricted_citations": view.restricted,
         "unsupported": view.unsupported, "feedback": [_feedback(f) for f in review.feedback],
-        "judgements": judged.get(m.pk, []), "created_at": m.created_at,
+        "judgements": judged.get(m.pk, []), "review_grants": view.grants, "created_at": m.created_at,
     }
 
 
 def _require_reviewer(request: HttpRequest) -> None:
     if not selectors.is_reviewer(request.user):
         raise HttpError(404, "no such page")  # support's pages do not exist for anyone else
+
+
+SURFACE_HEADER = "X-Review-Surface"  # the review desk's script sends "page", for the access log
+
+
+def _surface(request: HttpRequest) -> str:
+    """Where a review read comes from, as the access log names it: the review page's script, or the API."""
+    if request.headers.get(SURFACE_HEADER) == "page":
+        return ReviewAccess.Surface.REVIEW_PAGE
+    return ReviewAccess.Surface.REVIEW_API
 
 
 @router.post("/ask", response={202: AskOut, **BODY, **NOT_FOUND, 429: ErrorOut})
@@ -293,14 +307,16 @@ def conversations(request: HttpRequest, page: Query[ConversationPage]) -> Any:
 def conversation(request: HttpRequest, conversation_id: int, page: Query[MessagesPage]) -> dict[str, Any]:
     """The conversation's latest messages, a page at a time: `before` leads to the earlier ones."""
     return _conversation_out(selectors.conversation_for_user(request.user, conversation_id), viewer=request.user,
-                             page=page, everyone=False)
+                             page=page, review=False)
 
 
-def _conversation_out(found: Conversation | None, *, viewer: Any, page: MessagesPage, everyone: bool) -> dict[str, Any]:
+def _conversation_out(found: Conversation | None, *, viewer: Any, page: MessagesPage, review: bool) -> dict[str, Any]:
     if found is None:
         raise HttpError(404, "no such conversation")
-    shown = selectors.conversation_page(found, viewer=viewer, before=page.before, limit=page.limit)
-    judged = _judgements(shown.views, viewer=viewer, everyone=everyone)
+    shown: MessagePage = (
+        selectors.review_conversation_page(found, viewer=viewer, before=page.before, limit=page.limit) if review
+        else selectors.conversation_page(found, viewer=viewer, before=page.before, limit=page.limit))
+    judged = _judgements(shown.views, viewer=viewer, everyone=review)
     return {"id": found.pk, "title": found.title, "created_at": found.created_at, "updated_at": found.updated_at,
             "stream": stream_path(found.pk), "messages": [_message(v, judged) for v in shown.views],
             "before": shown.before}
@@ -353,7 +369,7 @@ def review_answers(request: HttpRequest, filters: Query[ReviewFilter]) -> list[d
     _require_reviewer(request)
     answers = selectors.review_answers(flagged=filters.flagged, status=filters.status, limit=filters.limit,
                                        before=filters.before)
-    reviews = selectors.review_views(answers, viewer=request.user)
+    reviews = selectors.review_views(answers, viewer=request.user, surface=_surface(request))
     judged = _judgements([r.answer for r in reviews], viewer=request.user, everyone=True)
     return [_review_brief(r, judged) for r in reviews]
 
@@ -364,7 +380,7 @@ def review_answer(request: HttpRequest, message_id: int) -> dict[str, Any]:
     answer = selectors.review_answer(message_id)
     if answer is None:
         raise HttpError(404, "no such answer")
-    review = selectors.review_views([answer], viewer=request.user)[0]
+    review = selectors.review_views([answer], viewer=request.user, surface=_surface(request))[0]
     return _review(review, _judgements([review.answer], viewer=request.user, everyone=True))
 
 
@@ -412,4 +428,4 @@ def review_conversation(request: HttpRequest, conversation_id: int, page: Query[
     """Any conversation, read-only, a page at a time (support staff only; streaming stays with its owner)."""
     _require_reviewer(request)
     return _conversation_out(Conversation.objects.filter(pk=conversation_id).first(), viewer=request.user, page=page,
-                             everyone=True)
+                             review=True)

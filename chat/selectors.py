@@ -2,7 +2,9 @@
 
 The rule for stored answers: a citation is shown only while its document is visible to
 the reader (kb.access, checked at read time), and an answer citing anything the
-reader may not see is withheld whole, since its text may quote that document.
+reader may not see is withheld whole, since its text may quote that document. On the
+review desk alone a reviewer's grants (chat.review_scope) count as reading the documents
+they cover; each answer shown through one is written to the access log as it is read.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from django.contrib.postgres.expressions import ArraySubquery
 from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Prefetch, Q, QuerySet
 
 from accounts.acl import is_active_user
-from chat import conf
 from chat.citations import render_html
 from chat.events import CitationPayload, ClaimPayload, Event, Timings, citation_from_stored
-from chat.models import Citation, Conversation, Feedback, Message
+from chat.models import Citation, Conversation, Feedback, Message, ReviewAccess
+from chat.review_scope import ReviewScope, access_log, review_scope
+from chat.review_scope import is_reviewer as is_reviewer  # where the API, the pages and judgements ask it
 from kb.access import visible_documents
 
 WITHHELD = "This answer is hidden because it draws on a document you cannot read (any more)."
@@ -36,13 +39,6 @@ def conversation_list(*, user: Any, limit: int = 50, offset: int = 0) -> list[Co
     """A list, not a lazy queryset: read while serialising the response, a lost database would surface
     inside pydantic's validation error (a 500 page) instead of the API's JSON 503."""
     return list(Conversation.objects.filter(owner=user).order_by("-updated_at", "-pk")[offset : offset + limit])
-
-
-def is_reviewer(user: Any) -> bool:
-    """Support staff: members of KB_REVIEW_GROUP (default `support`), and superusers."""
-    if not is_active_user(user):
-        return False
-    return bool(user.is_superuser or user.groups.filter(name=conf.review_group()).exists())
 
 
 def sees_signals(user: Any) -> bool:
@@ -75,6 +71,7 @@ class MessageView:
     unsupported: list[ClaimPayload] = field(default_factory=list)  # chat.support's flags, with verdicts
     error: str = ""
     refusal_reason: str = ""  # the signals behind a refusal: for staff and reviewers only
+    grants: list[str] = field(default_factory=list)  # shown in full through these review grants (their scopes)
 
     @property
     def timings(self) -> Timings:
@@ -103,22 +100,29 @@ def messages_readable(user: Any) -> QuerySet[Message]:
     return Message.objects.filter(source_documents__contained_by=readable)
 
 
-def message_views(messages: Sequence[Message], *, viewer: Any) -> list[MessageView]:
+def message_views(messages: Sequence[Message], *, viewer: Any, scope: ReviewScope | None = None) -> list[MessageView]:
     """Views of `messages` (citations prefetched) for `viewer`, with one ACL query for all of them.
 
     An answer is withheld whole when any document it drew on is unreadable to `viewer`,
     cited or not: its text, finished, failed or still running, may quote any of them, and
-    so may its error (a model server's message can echo the prompt).
+    so may its error (a model server's message can echo the prompt). With a review `scope`
+    (the review desk only), a document its grants cover counts as readable, and the view
+    names the grants it was shown through.
     """
     readable = readable_document_ids(viewer, messages)
+    sources = {pk for m in messages for pk in message_sources(m) if pk}
+    granted = scope.covering(sources - readable) if scope else {}
     signals = sees_signals(viewer)
     views = []
     for message in messages:
+        missing = message_sources(message) - readable  # every cited document is a source
+        through = sorted({g for pk in missing for g in granted.get(pk, [])}) if missing <= granted.keys() else []
+        shown_to = readable | granted.keys() if through else readable
         shown: list[Citation] = []
         hidden: list[Citation] = []
         for citation in message.citations.all():
-            (shown if citation.document_id in readable else hidden).append(citation)
-        if not message_sources(message) <= readable:  # every cited document is a source: `hidden` included
+            (shown if citation.document_id in shown_to else hidden).append(citation)
+        if missing and not through:
             views.append(MessageView(message, WITHHELD, f"<p>{WITHHELD}</p>", True,
                                      [citation_from_stored(c) for c in shown], [c.number for c in hidden],
                                      error=WITHHELD_ERROR if message.error else ""))
@@ -127,13 +131,20 @@ def message_views(messages: Sequence[Message], *, viewer: Any) -> list[MessageVi
                 if message.role == Message.Role.ASSISTANT else "")
         views.append(MessageView(message, message.text, html, False, [citation_from_stored(c) for c in shown],
                                  unsupported=message.unsupported, error=message.error,
-                                 refusal_reason=message.refusal_reason if signals else ""))
+                                 refusal_reason=message.refusal_reason if signals else "", grants=through))
     return views
 
 
-def is_withheld(message: Message, *, viewer: Any) -> bool:
-    """message_views' rule for one message: whether `viewer` is kept from it (and so from judging it)."""
-    return not message_sources(message) <= readable_document_ids(viewer, [message])
+def is_withheld(message: Message, *, viewer: Any, scope: ReviewScope | None = None) -> bool:
+    """message_views' rule for one message: whether `viewer` is kept from it (and so from judging it);
+    with a review `scope`, on the review desk, its grants count."""
+    missing = message_sources(message) - readable_document_ids(viewer, [message])
+    return bool(missing) and not (scope is not None and missing <= scope.covering(missing).keys())
+
+
+def withheld_from_reviewer(message: Message, *, reviewer: Any) -> bool:
+    """is_withheld on the review desk: whether `reviewer`, with their grants, is kept from judging the answer."""
+    return is_withheld(message, viewer=reviewer, scope=review_scope(reviewer))
 
 
 # Even, so that a page of a conversation (questions and answers alternate) holds whole turns.
@@ -160,13 +171,27 @@ class MessagePage:
 
 
 def conversation_page(conversation: Conversation, *, viewer: Any, since: int | None = None,
-                      before: int | None = None, limit: int = MESSAGES_PAGE) -> MessagePage:
+                      before: int | None = None, limit: int = MESSAGES_PAGE,
+                      scope: ReviewScope | None = None) -> MessagePage:
     """The latest `limit` messages (after `since`, before `before`) as `viewer` may see them: a request's
     work stays bounded however long the conversation grows; `before` of the result leads to the earlier ones."""
     messages = conversation_messages(conversation, since=since, before=before, limit=limit + 1)
     more = len(messages) > limit
     messages = messages[1:] if more else messages
-    return MessagePage(message_views(messages, viewer=viewer), messages[0].pk if more else None)
+    return MessagePage(message_views(messages, viewer=viewer, scope=scope), messages[0].pk if more else None)
+
+
+def review_conversation_page(conversation: Conversation, *, viewer: Any, before: int | None = None,
+                             limit: int = MESSAGES_PAGE) -> MessagePage:
+    """A page of any conversation as the review desk shows it to the reviewer `viewer` (their grants count),
+    each answer shown through a grant written to the access log."""
+    page = conversation_page(conversation, viewer=viewer, before=before, limit=limit, scope=review_scope(viewer))
+    _logged(page.views, viewer=viewer, surface=ReviewAccess.Surface.REVIEW_CONVERSATION)
+    return page
+
+
+def _logged(views: Sequence[MessageView], *, viewer: Any, surface: str) -> None:
+    access_log(viewer, [(v.message.pk, v.grants) for v in views if v.grants], surface=surface)
 
 
 def message_events(view: MessageView) -> list[Event]:
@@ -254,8 +279,11 @@ class ReviewView:
     feedback: list[FeedbackView]
 
 
-def review_views(answers: Sequence[Message], *, viewer: Any) -> list[ReviewView]:
-    """Views of `answers` (as `_answers()` prefetches them) for the reviewer `viewer`: what is withheld
-    from them as a reader of the answer is withheld from them as its reviewer, notes included."""
+def review_views(answers: Sequence[Message], *, viewer: Any, surface: str) -> list[ReviewView]:
+    """Views of `answers` (as `_answers()` prefetches them) for the reviewer `viewer`, reading on `surface`
+    (a ReviewAccess.Surface): what is withheld from them as a reader of the answer is withheld from them as its
+    reviewer, notes included, unless their grants cover it; each answer shown through a grant is logged."""
+    views = message_views(answers, viewer=viewer, scope=review_scope(viewer))
+    _logged(views, viewer=viewer, surface=surface)
     return [ReviewView(view, [FeedbackView(f, "" if view.withheld else f.note) for f in view.message.feedback.all()])
-            for view in message_views(answers, viewer=viewer)]
+            for view in views]

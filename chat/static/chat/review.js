@@ -131,6 +131,10 @@
     meta.appendChild(document.createTextNode(" asked by " + answer.owner + " · " + when(answer.created_at) +
       (answer.backend ? " · " + answer.backend : "")));
     head.appendChild(meta);
+    if (answer.review_grants && answer.review_grants.length) {
+      head.appendChild(el("p", "review-granted muted", "Shown through your review grant (" + answer.review_grants.join(", ") +
+        "); each read is written to the access log."));
+    }
     item.appendChild(head);
     item.appendChild(el("p", "review-answer", answer.text || answer.refusal_reason || answer.error || ""));
     var trimmed = answer.text_truncated || answer.citations.some(function (c) { return c.quote_truncated; });
@@ -245,7 +249,7 @@
     button.type = "button";
     button.addEventListener("click", function () {
       button.disabled = true;
-      fetch("/api/review/answers/" + answer.id, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      fetch("/api/review/answers/" + answer.id, { credentials: "same-origin", headers: READ_HEADERS })
         .then(function (response) {
           if (!response.ok) throw new Error("HTTP " + response.status);
           return response.json();
@@ -271,6 +275,9 @@
     return box;
   }
 
+  /* Reads name this page to the server, for the access log of answers shown through a review grant. */
+  var READ_HEADERS = { Accept: "application/json", "X-Review-Surface": "page" };
+
   var PAGE = 20;
   var more = el("button", "btn review-more", "Load older answers");
   more.type = "button";
@@ -278,7 +285,7 @@
   function loadPage(before) {
     more.disabled = true;
     var url = "/api/review/answers?limit=" + PAGE + (flaggedOnly ? "&flagged=true" : "") + (before ? "&before=" + before : "");
-    fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } }).then(function (response) {
+    fetch(url, { credentials: "same-origin", headers: READ_HEADERS }).then(function (response) {
       if (!response.ok) throw new Error("HTTP " + response.status);
       return response.json();
     }).then(function (answers) {
