@@ -21,6 +21,7 @@ urlpatterns = [
     path("documents/<int:pk>/", views.document_view, name="document"),
     path("documents/<int:pk>/download", views.document_download, name="document-download"),
     path("review/", chat_views.review, name="review"),
+    path("gaps/", chat_views.gaps, name="gaps"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
 ]
