@@ -1,0 +1,31 @@
+"""The permission to see content gaps (chat.gaps), on chat's Message model: a row, not a Meta option, so
+that no model changes for it. Django's post_migrate creates only Meta permissions; a flushed test database
+gets this one back from tests.chat.test_gaps.gaps_permission."""
+
+from django.db import migrations
+
+CODENAME = "view_contentgaps"
+NAME = "Can view content gaps"
+
+
+def add(apps, schema_editor):
+    content_type, _ = apps.get_model("contenttypes", "ContentType").objects.get_or_create(
+        app_label="chat", model="message")
+    apps.get_model("auth", "Permission").objects.get_or_create(
+        codename=CODENAME, content_type=content_type, defaults={"name": NAME})
+
+
+def remove(apps, schema_editor):
+    apps.get_model("auth", "Permission").objects.filter(
+        codename=CODENAME, content_type__app_label="chat").delete()
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ("chat", "0008_review_grant_access"),
+        ("contenttypes", "0002_remove_content_type_name"),
+        ("auth", "0012_alter_user_first_name_max_length"),
+    ]
+
+    operations = [migrations.RunPython(add, remove)]
