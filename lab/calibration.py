@@ -23,13 +23,18 @@ DEFAULT_L2 = 10.0  # strong shrinkage: a set has ~20 unanswerable questions
 
 
 def fit(matrix: np.ndarray, labels: np.ndarray, *, features: Sequence[str], l2: float = DEFAULT_L2,
-        cutoff: float = 0.5) -> Model:
+        cutoff: float = 0.5, weights: np.ndarray | None = None) -> Model:
     """Logistic regression of `labels` (1 = answerable) on standardised `matrix`, L2 penalty `l2`
-    on the coefficients (not the bias), by Newton's method: the same data gives the same model."""
+    on the coefficients (not the bias), by Newton's method: the same data gives the same model.
+    `weights`: each sample's weight (default 1), in the standardisation too (a down-weighted prior)."""
     if len(set(labels.tolist())) < 2:
         raise AnswerabilityError("fitting needs both answerable and unanswerable questions")
-    mean = matrix.mean(axis=0)
-    scale = matrix.std(axis=0)
+    if weights is None:
+        w_sample, mean, scale = np.ones(len(labels)), matrix.mean(axis=0), matrix.std(axis=0)
+    else:
+        w_sample = np.asarray(weights, dtype=float)
+        mean = np.average(matrix, axis=0, weights=w_sample)
+        scale = np.sqrt(np.average((matrix - mean) ** 2, axis=0, weights=w_sample))
     scale[scale < 1e-9] = 1.0
     x = np.hstack([(matrix - mean) / scale, np.ones((len(matrix), 1))])
     penalty = np.eye(x.shape[1]) * l2
@@ -37,8 +42,8 @@ def fit(matrix: np.ndarray, labels: np.ndarray, *, features: Sequence[str], l2: 
     w = np.zeros(x.shape[1])
     for _ in range(100):
         p = sigmoid(x @ w)
-        gradient = x.T @ (p - labels) + penalty @ w
-        hessian = (x * (p * (1 - p))[:, None]).T @ x + penalty + np.eye(x.shape[1]) * 1e-9
+        gradient = x.T @ (w_sample * (p - labels)) + penalty @ w
+        hessian = (x * (w_sample * p * (1 - p))[:, None]).T @ x + penalty + np.eye(x.shape[1]) * 1e-9
         step = np.linalg.solve(hessian, gradient)
         w -= step
         if np.abs(step).max() < 1e-10:
@@ -47,18 +52,21 @@ def fit(matrix: np.ndarray, labels: np.ndarray, *, features: Sequence[str], l2: 
                  float(w[-1]), cutoff)
 
 
-def folds(groups: Sequence[str], labels: np.ndarray, *, k: int) -> np.ndarray:
+def folds(groups: Sequence[str], labels: np.ndarray, *, k: int, prior: np.ndarray | None = None) -> np.ndarray:
     """A fold number per sample: whole groups (a question's two phrasings, one document's questions) stay
     together, and unanswerable groups are spread over the folds as evenly as answerable ones.
-    Deterministic: groups are dealt round-robin in a fixed shuffled order (seed 0)."""
+    Deterministic: groups are dealt round-robin in a fixed shuffled order (seed 0). Samples in `prior`
+    get fold -1: always fitted on, never scored."""
     out = np.zeros(len(groups), dtype=int)
+    scored = np.ones(len(groups), dtype=bool) if prior is None else ~prior
     for label in (0, 1):
-        names = sorted({g for g, y in zip(groups, labels, strict=True) if y == label})
+        names = sorted({g for g, y, s in zip(groups, labels, scored, strict=True) if y == label and s})
         order = np.random.default_rng(0).permutation(len(names))
         fold_of = {names[j]: n % k for n, j in enumerate(order)}
         for i, (g, y) in enumerate(zip(groups, labels, strict=True)):
-            if y == label:
+            if y == label and scored[i]:
                 out[i] = fold_of[g]
+    out[~scored] = -1
     return out
 
 
@@ -81,8 +89,12 @@ class CrossValidation:
 
 
 def cross_validate(matrix: np.ndarray, labels: np.ndarray, groups: Sequence[str], *, features: Sequence[str],
-                   k: int = 5, l2: float = DEFAULT_L2, target: float = 0.05) -> CrossValidation:
-    fold = folds(groups, labels, k=k)
+                   k: int = 5, l2: float = DEFAULT_L2, target: float = 0.05, weights: np.ndarray | None = None,
+                   prior: np.ndarray | None = None) -> CrossValidation:
+    """Scored on the samples outside `prior` only (the prior is in every fold's fit, weighted by `weights`,
+    and no cutoff is chosen on it); the rates count those samples."""
+    fold = folds(groups, labels, k=k, prior=prior)
+    scored = fold >= 0
     probabilities = np.zeros(len(labels))
     refused = np.zeros(len(labels), dtype=bool)
     for f in range(k):
@@ -90,13 +102,14 @@ def cross_validate(matrix: np.ndarray, labels: np.ndarray, groups: Sequence[str]
         train = ~test
         if not test.any():
             continue
-        model = fit(matrix[train], labels[train], features=features, l2=l2)
-        inside = model.probabilities(matrix[train])
-        cutoff = cutoff_for(inside, labels[train], target=target)
+        model = fit(matrix[train], labels[train], features=features, l2=l2,
+                    weights=None if weights is None else weights[train])
+        chosen = train & scored
+        cutoff = cutoff_for(model.probabilities(matrix[chosen]), labels[chosen], target=target)
         probabilities[test] = model.probabilities(matrix[test])
         refused[test] = probabilities[test] < cutoff
-    return CrossValidation(probabilities, fold, float(refused[labels == 1].mean()),
-                           float(refused[labels == 0].mean()))
+    return CrossValidation(probabilities[scored], fold[scored], float(refused[scored & (labels == 1)].mean()),
+                           float(refused[scored & (labels == 0)].mean()))
 
 
 def frontier(probabilities: np.ndarray, labels: np.ndarray,
@@ -125,13 +138,25 @@ def auc(probabilities: np.ndarray, labels: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class Samples:
-    """One row per question of a calibration set: its signals, 1 if answerable, and its fold group."""
+    """One row per question of a calibration set: its signals, 1 if answerable, and its fold group.
+    `prior` marks samples that are only fitted on, with weight `prior_weight` each (lab.verdicts: the
+    shipped model's samples beside a deployment's verdicts); every figure is of the others."""
 
     ids: list[str]
     matrix: np.ndarray
     labels: np.ndarray
     groups: list[str]
     nearest: np.ndarray
+    prior: np.ndarray | None = None
+    prior_weight: float = 1.0
+
+    @property
+    def scored(self) -> np.ndarray:
+        return np.ones(len(self.labels), dtype=bool) if self.prior is None else ~self.prior
+
+    @property
+    def weights(self) -> np.ndarray | None:
+        return None if self.prior is None else np.where(self.prior, self.prior_weight, 1.0)
 
 
 def samples(*, questions: Sequence[Mapping[str, Any]], ood: Sequence[Mapping[str, Any]],
@@ -191,17 +216,22 @@ def calibrate(data: Samples, *, features: Sequence[str], k: int = 5, l2: float =
               target: float = 0.05) -> Calibration:
     """Cross-validated figures for fitting `features` on `data`, and the model fitted on all of it, whose
     cutoff refuses at most `target` of the answerable questions it was fitted on (the same rule each
-    fold's cutoff follows, so the cross-validated rates estimate what the model does on new questions)."""
-    if k < 2 or k > len(set(data.groups)):
-        raise AnswerabilityError(f"{k} folds need at least {k} question groups (there are {len(set(data.groups))})")
-    cv = cross_validate(data.matrix, data.labels, data.groups, features=features, k=k, l2=l2, target=target)
-    model = fit(data.matrix, data.labels, features=features, l2=l2)
-    cutoff = cutoff_for(model.probabilities(data.matrix), data.labels, target=target)
+    fold's cutoff follows, so the cross-validated rates estimate what the model does on new questions).
+    Prior samples are fitted on but neither scored nor used for a cutoff."""
+    scored = data.scored
+    groups = len({g for g, s in zip(data.groups, scored, strict=True) if s})
+    if k < 2 or k > groups:
+        raise AnswerabilityError(f"{k} folds need at least {k} question groups (there are {groups})")
+    cv = cross_validate(data.matrix, data.labels, data.groups, features=features, k=k, l2=l2, target=target,
+                        weights=data.weights, prior=data.prior)
+    model = fit(data.matrix, data.labels, features=features, l2=l2, weights=data.weights)
+    labels = data.labels[scored]
+    cutoff = cutoff_for(model.probabilities(data.matrix[scored]), labels, target=target)
     model = replace(model, cutoff=min(max(cutoff, 1e-6), 1 - 1e-6))  # settings need 0 < cutoff < 1
-    closeness = -data.nearest
-    return Calibration(model, cv, frontier(cv.probabilities, data.labels), frontier(closeness, data.labels),
-                       auc(cv.probabilities, data.labels), auc(closeness, data.labels),
-                       int(data.labels.sum()), int((data.labels == 0).sum()), k, target)
+    closeness = -data.nearest[scored]
+    return Calibration(model, cv, frontier(cv.probabilities, labels), frontier(closeness, labels),
+                       auc(cv.probabilities, labels), auc(closeness, labels),
+                       int(labels.sum()), int((labels == 0).sum()), k, target)
 
 
 def render(result: Calibration) -> str:

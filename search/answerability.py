@@ -10,13 +10,17 @@ only loads the model and decides; fitting it is the lab's (lab.calibration).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
+from django.utils import timezone
+
+from kb.access import staff_may
+from search.models import AnswerabilityModel
 
 # Signals the model may use; a model names the subset it was fitted on.
 SIGNALS = ("nearest", "gap", "late_best", "weakest", "unknown_share", "agreement", "screen")
@@ -115,10 +119,102 @@ def model_from_json(data: Mapping[str, Any]) -> Model:
     return model
 
 
-def configured_model() -> Model | None:
+def settings_model() -> Model | None:
     """The settings' model, or None when KB_ANSWERABILITY is empty (then the distance threshold decides)."""
     data = settings.KB_ANSWERABILITY
     return model_from_json(data) if data else None
+
+
+_stored: dict[int, Model] = {}  # a stored model's JSON never changes: parsed once per process
+
+
+def configured_model() -> Model | None:
+    """The model that decides now: the accepted, active one of this deployment, else the settings'.
+    Read on every search (one query on a partial unique index), so an accept or a revert in any process
+    decides the next question in every web and worker process."""
+    row = AnswerabilityModel.objects.filter(active=True).values_list("pk", "model").first()
+    if row is None:
+        return settings_model()
+    pk, data = row
+    if pk not in _stored:
+        _stored[pk] = model_from_json(data)
+    return _stored[pk]
+
+
+# Stored models: proposed by a refit, accepted or reverted by an admin ------------------------
+
+ACCEPT_PERMISSION = "search.accept_answerabilitymodel"
+
+
+def may_accept(user: Any) -> bool:
+    """Who may refit, make a model serve or take it back: superusers, and active staff holding the permission."""
+    return staff_may(user, ACCEPT_PERMISSION)
+
+
+def model_propose(*, model: Mapping[str, Any], fitted_on: Mapping[str, Any], candidates: Sequence[Mapping[str, Any]],
+                  user: Any = None) -> AnswerabilityModel:
+    """Store a refit as a proposal: it decides nothing until accepted. The model is checked here, so a stored
+    one never fails a search."""
+    model_from_json(model)
+    return AnswerabilityModel.objects.create(model=dict(model), fitted_on=dict(fitted_on), candidates=list(candidates),
+                                             created_by=user if user is not None and user.is_authenticated else None)
+
+
+@transaction.atomic
+def model_accept(*, pk: int, user: Any) -> AnswerabilityModel:
+    """Make model `pk` the one that decides; the one it replaces (or the settings') is what a revert restores."""
+    if not may_accept(user):
+        raise AnswerabilityError("you may not accept answerability models")
+    chosen = AnswerabilityModel.objects.select_for_update().filter(pk=pk).first()
+    if chosen is None:
+        raise AnswerabilityError("no such answerability model")
+    if chosen.active:
+        return chosen
+    current = AnswerabilityModel.objects.select_for_update().filter(active=True).first()
+    if current is not None:
+        current.active = False
+        current.save(update_fields=["active"])
+    chosen.active, chosen.previous = True, current
+    chosen.accepted_at, chosen.accepted_by, chosen.reverted_at, chosen.reverted_by = timezone.now(), user, None, None
+    chosen.save(update_fields=["active", "previous", "accepted_at", "accepted_by", "reverted_at", "reverted_by"])
+    return chosen
+
+
+@transaction.atomic
+def model_revert(*, user: Any) -> AnswerabilityModel | None:
+    """Take the active model back: what served before it decides again. Returns the model now active (None:
+    the settings'). Nothing active: nothing to revert."""
+    if not may_accept(user):
+        raise AnswerabilityError("you may not revert answerability models")
+    current = AnswerabilityModel.objects.select_for_update().filter(active=True).first()
+    if current is None:
+        raise AnswerabilityError("no accepted model is active: the settings' model decides already")
+    current.active, current.reverted_at, current.reverted_by = False, timezone.now(), user
+    current.save(update_fields=["active", "reverted_at", "reverted_by"])
+    previous = current.previous
+    if previous is not None:
+        previous.active = True
+        previous.save(update_fields=["active"])
+    return previous
+
+
+Refit = Callable[..., AnswerabilityModel]
+_refit: list[Refit] = []
+
+
+def refit_register(refit: Refit) -> None:
+    """The lab registers its refit from verdicts here (search never imports the lab): the admin's
+    "refit from verdicts" calls it as `refit(user=...)` and gets a proposal back."""
+    _refit[:] = [refit]
+
+
+def refit_from_verdicts(*, user: Any) -> AnswerabilityModel:
+    """A proposal refitted from this deployment's verdicts, by the registered refit."""
+    if not may_accept(user):
+        raise AnswerabilityError("you may not refit answerability models")
+    if not _refit:
+        raise AnswerabilityError("no refit is installed (the lab app is not)")
+    return _refit[0](user=user)
 
 
 # Signals ------------------------------------------------------------------------------

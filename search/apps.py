@@ -7,11 +7,11 @@ class SearchConfig(AppConfig):
 
     def ready(self) -> None:
         from kb.events import document_indexed
-        from search.answerability import AnswerabilityError, configured_model
+        from search.answerability import AnswerabilityError, settings_model
         from search.stats import on_document_indexed
 
         document_indexed.connect(on_document_indexed, dispatch_uid="search.lexeme_stats")
         try:  # a broken model fails at start-up, not on the first question
-            configured_model()
+            settings_model()
         except AnswerabilityError as exc:
             raise ImproperlyConfigured(f"KB_ANSWERABILITY: {exc}") from None
