@@ -49,6 +49,8 @@ NEAREST_DOCUMENTS = 5
 BARS = "▁▂▃▄▅▆▇█"
 NEGATIVE = (Judgement.Kind.WRONG, Judgement.Kind.SHOULD_ANSWER, Judgement.Kind.SHOULD_REFUSE)
 REASONS = ("refused", *NEGATIVE, "rated_down")
+REASON_TEXT = {"refused": "refused", Judgement.Kind.WRONG: "judged wrong", Judgement.Kind.SHOULD_ANSWER: "should have answered",
+               Judgement.Kind.SHOULD_REFUSE: "should have refused", "rated_down": "rated down"}
 
 
 class Verdict:
@@ -77,6 +79,10 @@ class GapQuestion:
     text: str
     asked_at: datetime
     reasons: tuple[str, ...]
+
+    @property
+    def reasons_text(self) -> str:
+        return ", ".join(REASON_TEXT[reason] for reason in self.reasons)
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,10 @@ class Topic:
     @property
     def verdict_text(self) -> str:
         return VERDICT_TEXT[self.verdict]
+
+    @property
+    def reasons_text(self) -> str:
+        return " · ".join(f"{REASON_TEXT[reason]} {n}" for reason, n in self.reasons.items())
 
     @property
     def sparkline(self) -> str:
