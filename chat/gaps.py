@@ -38,6 +38,9 @@ from kb.models import EMBEDDING_DIMENSIONS, Chunk, Document
 PERMISSION = "chat.view_contentgaps"
 DAYS = 90  # the default window
 MAX_QUESTIONS = 2000  # newest gaps in the window that are clustered: bounds memory (n^2 distances) and time
+# Questions stored without an embedding (before chat 0007) embedded per report, newest first: ~50 a second
+# on two cores, so at most a few seconds; older ones are left out and counted.
+MAX_EMBEDDED = 200
 MAX_TOPICS = 50  # largest topics returned; each costs one nearest-chunk query
 # Average-linkage cosine distance under which two groups of questions are one topic (all-MiniLM-L6-v2:
 # paraphrases of one question sit at 0.2-0.4, questions on neighbouring subjects at 0.5-0.6, unrelated at 0.8+).
@@ -162,6 +165,7 @@ class Gaps:
     questions: int  # gaps clustered
     truncated: bool  # more than MAX_QUESTIONS in the window: the oldest were left out
     embedded: int  # questions stored without an embedding, embedded for this report
+    not_embedded: int  # older ones beyond MAX_EMBEDDED, left out
     topics: list[Topic]
     more_topics: int  # smaller topics left out (MAX_TOPICS)
 
@@ -183,6 +187,9 @@ def gaps(*, viewer: Any, since: datetime | None = None, now: datetime | None = N
     now = now or timezone.now()
     since = since or now - timedelta(days=DAYS)
     found, truncated = _gaps(since)
+    legacy = [gap.answer_id for gap in found if gap.vector is None]
+    left_out = set(legacy[: max(0, len(legacy) - MAX_EMBEDDED)])  # the oldest: `found` is in answer order
+    found = [gap for gap in found if gap.answer_id not in left_out]
     vectors, embedded = _vectors(found)
     clusters = _clusters(vectors)
     shown = clusters[:MAX_TOPICS]
@@ -191,7 +198,7 @@ def gaps(*, viewer: Any, since: datetime | None = None, now: datetime | None = N
     topics = [_topic(group, vectors[cluster], centre, since=since, now=now)
               for group, cluster, centre in zip(members, shown, centres, strict=True)]
     _place(topics, centres, members, viewer=viewer)
-    return Gaps(since, len(found), truncated, embedded, topics, len(clusters) - len(shown))
+    return Gaps(since, len(found), truncated, embedded, len(left_out), topics, len(clusters) - len(shown))
 
 
 def _gaps(since: datetime) -> tuple[list[_Gap], bool]:

@@ -79,6 +79,8 @@ class GapsOut(Schema):
     questions: int
     truncated: bool = Field(description=f"More than {gaps.MAX_QUESTIONS} gaps in the window: the oldest left out")
     embedded: int = Field(description="Questions stored without an embedding, embedded for this report")
+    not_embedded: int = Field(description=f"Older questions without one beyond the {gaps.MAX_EMBEDDED} embedded, "
+                                          "left out")
     topics: list[TopicOut]
     more_topics: int = Field(description=f"Smaller topics beyond the {gaps.MAX_TOPICS} listed")
 

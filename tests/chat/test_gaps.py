@@ -76,8 +76,8 @@ def topic_of(report: gaps.Gaps, question: str) -> gaps.Topic:
     return next(t for t in report.topics if question in {e.text for e in t.examples})
 
 
-def test_refused_questions_on_two_topics_become_two_topics_with_their_counts(people: dict[str, Any],
-                                                                            settings: Any) -> None:
+def test_refused_questions_on_two_topics_become_two_topics_with_their_counts(
+        people: dict[str, Any], settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     ingested_document(SHIPMENTS, "shipments.md")
     for i, question in enumerate(LEAVE):
         assert answer(people["carol" if i % 2 else "bob"], question, settings=settings, refuse=True).refused
@@ -86,7 +86,8 @@ def test_refused_questions_on_two_topics_become_two_topics_with_their_counts(peo
     assert answer(people["alice"], EXPORT_QUESTION, settings=settings).status == "done"  # answered: no gap
 
     report = gaps.gaps(viewer=people["admin"])
-    assert (report.questions, report.truncated, report.embedded, report.more_topics) == (7, False, 0, 0)
+    assert (report.questions, report.truncated, report.embedded, report.not_embedded, report.more_topics) == (
+        7, False, 0, 0, 0)
     assert [(t.count, t.askers, t.reasons) for t in report.topics] == [(4, 2, {"refused": 4}), (3, 1, {"refused": 3})]
     leave, vpn = report.topics
     assert {e.text for e in leave.examples} == set(LEAVE) and leave.label in LEAVE
@@ -106,6 +107,10 @@ def test_refused_questions_on_two_topics_become_two_topics_with_their_counts(peo
     Message.objects.filter(role="assistant").update(query_vector=None)
     older = gaps.gaps(viewer=people["admin"])
     assert older.embedded == 7 and [(t.label, t.count) for t in older.topics] == [(t.label, t.count) for t in report.topics]
+    monkeypatch.setattr(gaps, "MAX_EMBEDDED", 5)  # beyond it, the oldest are left out and counted
+    bounded = gaps.gaps(viewer=people["admin"])
+    assert (bounded.questions, bounded.embedded, bounded.not_embedded) == (5, 5, 2)
+    assert {e.text for t in bounded.topics for e in t.examples} == {*LEAVE[2:], *VPN}
 
     # A window that ends before them holds none.
     later = gaps.gaps(viewer=people["admin"], since=timezone.now() + timedelta(minutes=1))
