@@ -159,7 +159,8 @@
       row.setAttribute("data-citation", String(citation.number));
       var left = el("div", "review-passage");
       var h = el("h3", "review-cite-head", "[" + citation.number + "] ");
-      var href = safeLink(citation.link);
+      var granted = answer.review_grants && answer.review_grants.length;  // a grant does not open the viewer
+      var href = granted ? "" : safeLink(citation.link);
       var link = el(href ? "a" : "span", "review-cite-link", citation.document_title);
       if (href) link.href = href;
       h.appendChild(link);
