@@ -130,14 +130,17 @@ _stored: dict[int, Model] = {}  # a stored model's JSON never changes: parsed on
 
 def configured_model() -> Model | None:
     """The model that decides now: the accepted, active one of this deployment, else the settings'.
-    Read on every search (one query on a partial unique index), so an accept or a revert in any process
-    decides the next question in every web and worker process."""
-    row = AnswerabilityModel.objects.filter(active=True).values_list("pk", "model").first()
+    Read on every search, so an accept or a revert in any process decides the next question in every web
+    and worker process: one query on the partial unique index (its id only, without the ORM: ~0.5 ms;
+    the ORM's compiling tripled it), the stored JSON read once per process."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id FROM search_answerabilitymodel WHERE active")
+        row = cursor.fetchone()
     if row is None:
         return settings_model()
-    pk, data = row
+    pk = int(row[0])
     if pk not in _stored:
-        _stored[pk] = model_from_json(data)
+        _stored[pk] = model_from_json(AnswerabilityModel.objects.values_list("model", flat=True).get(pk=pk))
     return _stored[pk]
 
 
