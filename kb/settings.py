@@ -141,6 +141,7 @@ KB_RERANKER_PATH = env_str("KB_RERANKER_PATH", "")  # a local sentence-transform
 # Answerability: answer or refuse (docs/RETRIEVAL.md "Refusal"). A logistic regression over the signals
 # retrieval computes per query, fitted by `manage.py calibrate` on ../shared/eval. KB_ANSWERABILITY_FILE
 # names the JSON file calibrate writes for another corpus; "off" leaves the decision to KB_SEARCH_THRESHOLD.
+# A model refitted from this deployment's verdicts and accepted in the admin decides before both until reverted.
 KB_ANSWERABILITY_DEFAULT: dict[str, object] = {  # `manage.py calibrate ../shared/eval` (docs/RETRIEVAL.md)
     "features": ["nearest", "late_best", "weakest", "unknown_share", "screen"],
     "mean": [0.417951, 0.687529, 0.429036, 0.061475, 0.15625],
