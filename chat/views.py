@@ -38,5 +38,5 @@ def gaps(request: HttpRequest) -> HttpResponse:
     days = request.GET.get("days", "")
     days_n = int(days) if days.isdigit() and len(days) <= 3 and 1 <= int(days) <= 366 else content_gaps.DAYS
     report = content_gaps.gaps(viewer=request.user, since=timezone.now() - timedelta(days=days_n))
-    return render(request, "chat/gaps.html", {"report": report, "days": days_n, "reasons": content_gaps.REASONS,
+    return render(request, "chat/gaps.html", {"report": report, "days": days_n,
                                               "max_questions": content_gaps.MAX_QUESTIONS})
