@@ -250,6 +250,9 @@ def test_the_access_log_is_for_superusers_only_read_only_and_exports_as_csv(
     page = admin.get("/admin/chat/reviewaccess/")
     assert page.status_code == 200 and "Review page" in page.content.decode() and "Review API" in page.content.decode()
     assert admin.get(f"/admin/chat/reviewaccess/{first.pk}/change/").status_code == 200
+    for term, found in (("sam", 2), (str(vault.pk), 2), ("alice", 0), ("9999", 0)):
+        searched = admin.get("/admin/chat/reviewaccess/", {"q": term})
+        assert searched.status_code == 200 and searched.context["cl"].result_count == found, term
     assert admin.get("/admin/chat/reviewaccess/add/").status_code == 403
     admin.post(f"/admin/chat/reviewaccess/{first.pk}/delete/", {"post": "yes"})
     admin.post("/admin/chat/reviewaccess/", {"action": "delete_selected", "_selected_action": [first.pk], "post": "yes"})

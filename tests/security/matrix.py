@@ -22,18 +22,20 @@ from urllib.parse import parse_qsl, quote, quote_plus, urlsplit
 
 from django.contrib.auth.models import Group, Permission, User
 from django.db import connection, transaction
+from django.db.models import Q
 from django.http import HttpResponse
 from django.test import Client
 
 from accounts.acl import user_principals
 from accounts.models import ApiToken, OidcIdentity
-from chat.models import Conversation, Feedback, Message
+from chat.models import Conversation, Feedback, Message, ReviewAccess, ReviewGrant
 from kb.models import Chunk, Document, Folder, Source
 
 # The models whose Django permissions the admin and the API check, as (app label, model name).
 MODELS = (
     ("kb", "document"), ("kb", "folder"), ("kb", "chunk"), ("kb", "source"),
     ("chat", "conversation"), ("chat", "message"), ("chat", "citation"), ("chat", "feedback"),
+    ("chat", "reviewgrant"), ("chat", "reviewaccess"),
     ("accounts", "apitoken"), ("accounts", "oidcidentity"),
     ("auth", "group"), ("auth", "user"),
 )
@@ -133,6 +135,10 @@ SELECT md5(concat_ws('#',
      FROM accounts_oidcidentity WHERE user_id <> %(attacker)s),
   (SELECT string_agg(concat_ws(',', id, name, kind, location, branch, path, folder_id, include::text, exclude::text,
           every, shrink_guard, last_status), '|' ORDER BY id) FROM kb_source WHERE folder_id = ANY(%(folders)s)),
+  (SELECT string_agg(concat_ws(',', id, reviewer_id, group_id, folder_id), '|' ORDER BY id) FROM chat_reviewgrant
+     WHERE group_id = ANY(%(groups)s) OR folder_id = ANY(%(folders)s) OR reviewer_id = %(attacker)s),
+  (SELECT string_agg(concat_ws(',', id, reviewer_id, reviewer_name, answer, surface, grants, at), '|' ORDER BY id)
+     FROM chat_reviewaccess),
   (SELECT count(*) FROM accounts_apitoken WHERE concat_ws(',', id, user_id, digest, scopes::text) <> ALL(%(tokens)s)
      AND user_id <> %(attacker)s)
 ))
@@ -142,7 +148,8 @@ SELECT md5(concat_ws('#',
 @dataclass
 class Guarded:
     """The rows a staff attacker may neither read nor manage: restricted documents and folders, and
-    readers' conversations, answers, citations and flags drawn from them; plus every account's powers."""
+    readers' conversations, answers, citations and flags drawn from them; review grants of the guarded groups and
+    folders (or to the attacker) and the review access log; plus every account's powers."""
 
     documents: list[int]
     folders: list[int]
@@ -205,12 +212,16 @@ class Guarded:
         identities = sorted(OidcIdentity.objects.exclude(user=attacker).values_list("user_id", "issuer", "subject"))
         tokens = sorted(self._token(*row) for row in ApiToken.objects.exclude(user=attacker).values_list(
             "pk", "user_id", "digest", "scopes") if self._token(*row) not in self.tokens)
+        grants = sorted(ReviewGrant.objects.filter(Q(group_id__in=self.groups) | Q(folder_id__in=self.folders) |
+                                                   Q(reviewer=attacker)).values_list("pk", "reviewer", "group", "folder"))
+        access_log = sorted(ReviewAccess.objects.values_list("pk", "reviewer", "reviewer_name", "answer", "surface",
+                                                             "grants", "at"))
         fresh = User.objects.get(pk=attacker.pk)
         powers = (sorted(user_principals(fresh)), fresh.is_superuser, sorted(fresh.get_all_permissions()))
         return {
             "documents": docs, "chunks": chunks, "folders": folders, "sources": sources, "conversations": conversations,
             "messages": messages, "citations": citations, "feedback": feedback, "accounts": accounts,
-            "groups": groups, "oidc identities": identities, "new or changed api tokens": tokens, "attacker's powers": powers,
+            "groups": groups, "review grants": grants, "review access log": access_log, "oidc identities": identities, "new or changed api tokens": tokens, "attacker's powers": powers,
         }
 
 

@@ -32,7 +32,7 @@ from django.test import Client
 
 from accounts.models import ApiToken, OidcIdentity
 from accounts.tokens import token_create
-from chat.models import Citation, Feedback, Message
+from chat.models import Citation, Feedback, Message, ReviewAccess, ReviewGrant
 from chat.services import answer_produce, feedback_add, question_ask
 from kb.models import Chunk, Document, Folder, Source
 from tests.conftest import OUTPUT
@@ -82,6 +82,10 @@ class World:
             OidcIdentity.objects.get_or_create(user=reader, issuer="https://idp.example", subject=f"sub-{reader.pk}")
         self.sources = [Source.objects.create(name=name, kind=Source.Kind.FOLDER, location=f"/srv/{name}", folder_id=pk).pk
                         for name, pk in zip(RESTRICTED_SOURCES, self.folders, strict=True)]
+        # sam reviews engineering's answers; the log holds one of his reads: rows to view, change, revoke, export.
+        grant = ReviewGrant.objects.create(reviewer=people["sam"], group=people["groups"]["engineering"])
+        read = ReviewAccess.objects.create(reviewer=people["sam"], reviewer_name="sam", answer=self.answers[0],
+                                           surface=ReviewAccess.Surface.REVIEW_API, grants=grant.scope)
         self.viewed = 0
         self.guarded = Guarded(self.docs, self.folders, self.conversations, self.answers,
                                list(User.objects.values_list("pk", flat=True)),
@@ -99,6 +103,7 @@ class World:
             Group: [people["groups"][name].pk for name in ("engineering", "finance", "hr")],
         }
         self.rows[ApiToken] = sorted(ApiToken.objects.values_list("pk", flat=True))
+        self.rows[ReviewGrant], self.rows[ReviewAccess] = [grant.pk], [read.pk]
         markers = [m for item in corpus for m in item.markers()] + [*RESTRICTED_FOLDERS, *RESTRICTED_SOURCES]
         self.matrix = Matrix(markers, self.guarded)
         superuser = Client()
@@ -323,6 +328,8 @@ class World:
                     "note": "matrix"}
         if model is Message:
             return {"source_documents": "", "unsupported": "[]", "rating": "1", "conversation": str(self.conversations[0])}
+        if model is ReviewGrant:  # a reviewer's view of a group the attacker is not in
+            return {"reviewer": str(self.people["sam"].pk), "group": str(self.rows[Group][1]), "folder": ""}
         if model is Citation:
             return {"label": "matrix", "message": str(self.answers[0])}
         if model is OidcIdentity:
