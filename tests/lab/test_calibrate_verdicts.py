@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test import Client
 
 from chat.models import Judgement, Message
@@ -205,8 +205,11 @@ def test_calibrate_from_verdicts_prints_the_frontier_and_stores_a_proposal(peopl
     assert f"{len(QUESTIONS)} judged answers" in printed and "160 prior samples weighted 1" in printed
     assert "Frontier over out-of-fold probabilities" in printed and "\n  nearest " in printed
     assert json.loads((tmp_path / "v.json").read_text())["proposal"] == proposal.pk
-    with pytest.raises(Exception, match="no set, --samples"):
+    with pytest.raises(CommandError, match="no set, --samples"):
         call_command("calibrate", "../shared/eval", "--from-verdicts")
+    with pytest.raises(CommandError, match="name an evaluation set, or refit --from-verdicts"):
+        call_command("calibrate")
+    assert AnswerabilityModel.objects.count() == 1
 
 
 def test_verdict_labels(people: dict[str, Any]) -> None:

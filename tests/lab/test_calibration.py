@@ -55,3 +55,24 @@ def test_cutoff_refuses_at_most_the_target_share_of_answerable_questions() -> No
     rows = calibration.frontier(probabilities, labels, targets=(0.0, 0.1))
     assert [r["in_domain_refused"] for r in rows] == [0.0, pytest.approx(0.1)]
     assert [r["ood_refused"] for r in rows] == [0.5, 0.5]
+
+
+def test_a_weight_counts_as_that_many_copies_and_a_prior_is_fitted_on_but_never_scored() -> None:
+    matrix, labels, groups = _data()
+    weights = np.where(np.arange(len(labels)) % 2 == 0, 2.0, 1.0)
+    copies = np.concatenate([np.arange(len(labels)), np.arange(0, len(labels), 2)])
+    weighted = calibration.fit(matrix, labels, features=FEATURES, weights=weights)
+    copied = calibration.fit(matrix[copies], labels[copies], features=FEATURES)
+    np.testing.assert_allclose(weighted.coefficients, copied.coefficients, rtol=1e-8)
+    np.testing.assert_allclose(weighted.mean + weighted.scale, copied.mean + copied.scale, rtol=1e-8)
+
+    data = calibration.Samples([str(i) for i in range(len(labels))], matrix, labels, groups, matrix[:, 0],
+                               prior=np.arange(len(labels)) % 3 == 0, prior_weight=0.5)
+    fold = calibration.folds(groups, labels, k=3, prior=data.prior)
+    assert (fold[data.prior] == -1).all() and set(fold[~data.prior].tolist()) == {0, 1, 2}
+    result = calibration.calibrate(data, features=FEATURES, k=3)
+    scored = labels[~data.prior]
+    assert (result.answerable, result.unanswerable) == (int(scored.sum()), int((scored == 0).sum()))
+    assert len(result.cross_validation.probabilities) == len(scored)
+    full = calibration.fit(matrix, labels, features=FEATURES, weights=data.weights)
+    assert result.model.coefficients == full.coefficients
