@@ -201,11 +201,11 @@ def model_revert(*, user: Any) -> AnswerabilityModel | None:
     return previous
 
 
-Refit = Callable[..., AnswerabilityModel]
-_refit: list[Refit] = []
+Refitter = Callable[..., AnswerabilityModel]
+_refit: list[Refitter] = []
 
 
-def refit_register(refit: Refit) -> None:
+def refit_register(refit: Refitter) -> None:
     """The lab registers its refit from verdicts here (search never imports the lab): the admin's
     "refit from verdicts" calls it as `refit(user=...)` and gets a proposal back."""
     _refit[:] = [refit]
