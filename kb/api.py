@@ -16,6 +16,8 @@ from kb import outage
 from kb.api_contract import ANY
 from kb.forms import UploadFormError
 from kb.services import DocumentStateConflict
+from kb.sources.services import SourceNameTaken, SourceRejected
+from kb.sources.sync import SourceBusy
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +66,19 @@ def _bad_form(request: HttpRequest, exc: Exception) -> HttpResponse:
 @api.exception_handler(DocumentStateConflict)
 def _conflict(request: HttpRequest, exc: Exception) -> HttpResponse:
     """The document or folder is not in a state that allows this (not failed, not empty, name taken)."""
+    return api.create_response(request, {"detail": str(exc)}, status=409)
+
+
+@api.exception_handler(SourceRejected)
+def _bad_source(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """A source's settings that break its rules (a schedule too short, a location of the wrong kind)."""
+    return api.create_response(request, {"detail": str(exc)}, status=400)
+
+
+@api.exception_handler(SourceNameTaken)
+@api.exception_handler(SourceBusy)
+def _source_conflict(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """Another source has the name, or a run of this one is under way."""
     return api.create_response(request, {"detail": str(exc)}, status=409)
 
 

@@ -32,8 +32,7 @@ from kb.models import Folder, Source
 from kb.sources.git import redact
 from kb.sources.secrets import secret_state
 from kb.sources.selectors import SourceLag, sources_lag
-from kb.sources.services import SourceNameTaken, SourceRejected, parse_every, source_change, source_create, source_remove
-from kb.sources.sync import SourceBusy
+from kb.sources.services import parse_every, source_change, source_create, source_remove
 
 READ, WRITE = api_auth(Scope.DOCUMENTS_READ), api_auth(Scope.DOCUMENTS_WRITE)
 sources = Router(tags=["sources"])
@@ -269,15 +268,10 @@ def source_add(request: HttpRequest, payload: SourceIn) -> Status[dict[str, Any]
     folder = Folder.objects.filter(pk=payload.folder).first()
     if folder is None or not staff_may(request.user, "kb.add_source", folder):
         raise Http404(f"no folder {payload.folder}")
-    try:
-        source = source_create(name=payload.name, kind=payload.kind, location=payload.location, folder_name=folder.name,
-                               branch=payload.branch, path=payload.path, include=payload.include,
-                               exclude=payload.exclude, every=_every(payload.every), shrink_guard=payload.shrink_guard,
-                               secret=payload.secret, operator=False)
-    except SourceNameTaken as exc:
-        raise HttpError(409, str(exc)) from None
-    except SourceRejected as exc:
-        raise HttpError(400, str(exc)) from None
+    source = source_create(name=payload.name, kind=payload.kind, location=payload.location, folder_name=folder.name,
+                           branch=payload.branch, path=payload.path, include=payload.include,
+                           exclude=payload.exclude, every=_every(payload.every), shrink_guard=payload.shrink_guard,
+                           secret=payload.secret, operator=False)
     return Status(201, _fresh(request, source))
 
 
@@ -300,12 +294,7 @@ def source_edit(request: HttpRequest, pk: int, payload: SourceChangeIn) -> dict[
     for field in ("name", "location", "branch", "path", "include", "exclude", "shrink_guard"):
         if field in changes and changes[field] is None:
             raise HttpError(400, f"{field}: give a value, or leave the field out to keep it")
-    try:
-        source_change(source=source, **changes)
-    except SourceNameTaken as exc:
-        raise HttpError(409, str(exc)) from None
-    except SourceRejected as exc:
-        raise HttpError(400, str(exc)) from None
+    source_change(source=source, **changes)
     return _fresh(request, source)
 
 
@@ -315,10 +304,7 @@ def source_delete(request: HttpRequest, pk: int, filters: Query[SourceFilter]) -
     """Removes the source and, unless `keep_documents`, its documents. 409 while a run of it is under way.
     Needs `kb.delete_source` and read access to its folder."""
     source = _source(request, pk, "kb.delete_source")
-    try:
-        source_remove(source=source, keep_documents=filters.keep_documents)
-    except SourceBusy as exc:
-        raise HttpError(409, str(exc)) from None
+    source_remove(source=source, keep_documents=filters.keep_documents)
     return Status(204, None)
 
 

@@ -185,8 +185,10 @@ def test_detail_change_and_the_last_run(shelf: dict[str, Any]) -> None:
     source = Source.objects.get(pk=pk)
     assert (source.every, source.exclude, source.shrink_guard, source.kind) == (3600, ["drafts/*"], 0.2, "folder")
     assert send(manager, "patch", f"/api/sources/{pk}", {"every": None}).json()["every_seconds"] is None
+    # A schedule is checked before anything else changes (the fuzzer's "0000000000000000000" was a 500).
     for body, status in [({"location": "not/absolute"}, 400), ({"name": "ledger"}, 409), ({"folder": 1}, 422),
-                         ({"kind": "git"}, 422), ({"name": None}, 400), ({"shrink_guard": 2}, 422)]:
+                         ({"kind": "git"}, 422), ({"name": None}, 400), ({"shrink_guard": 2}, 422),
+                         ({"every": "0000000000000000000", "name": "renamed"}, 400), ({"every": "10s"}, 400)]:
         assert send(manager, "patch", f"/api/sources/{pk}", body).status_code == status, body
     assert Source.objects.get(pk=pk).location == str(shelf["share"])
 
