@@ -13,6 +13,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 from django.contrib.admin.widgets import ForeignKeyRawIdWidget
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
@@ -221,6 +222,32 @@ class ReviewGrantAdmin(StaffRuleMixin, admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: ReviewGrant, form: object, change: bool) -> None:
         obj.granted_by = request.user  # type: ignore[assignment]  # a change is a new grant from whoever made it
         super().save_model(request, obj, form, change)
+
+
+class ReviewGrantInline(admin.TabularInline):
+    """A reviewer's grants on their user page, for superusers: read-only (given and revoked under Review grants)."""
+
+    model = ReviewGrant
+    fk_name = "reviewer"
+    fields = ("scope", "granted_by", "note", "created_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    verbose_name_plural = "review grants (given and revoked under Chat › Review grants)"
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_superuser)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+# accounts' user admin may not import chat (docs/ARCHITECTURE.md): chat adds its inline to the registered one.
+_user_admin = type(admin.site._registry[get_user_model()])
+_user_admin.inlines = (*_user_admin.inlines, ReviewGrantInline)
 
 
 @admin.register(ReviewAccess)

@@ -229,6 +229,14 @@ def test_staff_grant_only_groups_they_belong_to_and_folders_they_may_read(people
     assert client.post(f"/admin/chat/reviewgrant/{given.pk}/delete/", {"post": "yes"}).status_code == 302
     assert not ReviewGrant.objects.filter(pk=given.pk).exists()
 
+    # The reviewer's user page lists their grants, to superusers only.
+    assert "group finance" in signed_in(people["admin"]).get(
+        f"/admin/auth/user/{people['sam'].pk}/change/").content.decode()
+    viewer = staff("viewer", groups=(engineering,))
+    viewer.user_permissions.add(Permission.objects.get(content_type__app_label="auth", codename="view_user"))
+    user_page = signed_in(viewer).get(f"/admin/auth/user/{people['sam'].pk}/change/")
+    assert user_page.status_code == 200 and "review grant" not in user_page.content.decode().lower()
+
     # Without the model permission, no grant at all, whatever groups they are in.
     plain = signed_in(staff("plain", groups=(engineering, people["groups"]["support"])))
     assert plain.get("/admin/chat/reviewgrant/add/").status_code == 403
