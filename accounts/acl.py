@@ -2,7 +2,7 @@
 
 A document's readers are a set of principals, stored on the document and copied onto each of its chunks; a
 user may read a row when the row's principals overlap theirs. This module knows only principals and people;
-the rule on kb's documents and folders built on them is kb.access.
+the rule on kb's documents and folders built on them is kb.library.access.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ def reader_create(groups: dict[str, Any]) -> Any:
 
 def corpus_ingest(acl: dict[str, Any], groups: dict[str, Any], eval_dir: Path = EVAL_DIR) -> int:
     """Ingest the set's corpus through the real pipeline, each file shared as acl.json says; documents ready."""
-    from kb.ingest.batch import expand_paths, ingest_paths
+    from kb.library.ingest.batch import expand_paths, ingest_paths
 
     corpus = eval_dir / "corpus"
     ready = 0

@@ -104,7 +104,7 @@ def askers_create(acl: dict[str, Any], groups: dict[str, Any], count: int) -> li
     from django.http import HttpRequest
     from django.middleware.csrf import get_token
 
-    from kb.access import visible_documents
+    from kb.library.access import visible_documents
 
     profiles = sorted(acl["users"].items())
     askers = []

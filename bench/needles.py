@@ -50,7 +50,7 @@ def run_inner(eval_dir: Path) -> dict[str, Any]:
     from django.core.management import call_command
 
     from chat.evalset import needle_candidates
-    from kb.models import Document
+    from kb.library.models import Document
 
     call_command("migrate", interactive=False, verbosity=0)
     acl = json.loads((eval_dir / "acl.json").read_text(encoding="utf-8"))

@@ -32,7 +32,7 @@ def scanned(data: bytes, limit: int) -> bytes:
 
 
 def main() -> None:
-    from kb.ingest.extract import PDF, extract
+    from kb.library.ingest.extract import PDF, extract
 
     parser = argparse.ArgumentParser()
     parser.add_argument("pdf", nargs="?", type=Path,

@@ -57,8 +57,8 @@ def outer(argv: list[str]) -> int:
 
 
 def seed_texts(corpus: Path) -> list[str]:
-    from kb.ingest import chunking, extract
-    from kb.ingest.batch import expand_paths
+    from kb.library.ingest import chunking, extract
+    from kb.library.ingest.batch import expand_paths
 
     texts = []
     for path in expand_paths([corpus]):
@@ -174,10 +174,10 @@ def inner(args: argparse.Namespace) -> None:
     from django.db import connection
 
     from accounts.acl import user_principals
-    from kb.ingest import embedding
-    from kb.ingest.batch import ingest_paths
-    from kb.ingest.pieces import pack
-    from kb.models import Chunk
+    from kb.library.ingest import embedding
+    from kb.library.ingest.batch import ingest_paths
+    from kb.library.ingest.pieces import pack
+    from kb.library.models import Chunk
     from kb.runtime.launcher import query_environment
     from search.retrieval import SearchOptions
 
@@ -233,7 +233,7 @@ def inner(args: argparse.Namespace) -> None:
 def measure_late(options: SearchOptions, principals: list[str], questions: list[str],
                  query_vectors: np.ndarray, runs: int) -> None:
     """The late-interaction stage alone on each query's top fused hits: read their stored vectors, score."""
-    from kb.ingest import embedding
+    from kb.library.ingest import embedding
     from search import late
     from search.retrieval import WORD, _candidates
 

@@ -7,7 +7,7 @@ Each run builds a source of `--files` generated documents (seeded; Markdown, one
 each a title and three sections of prose written from word lists and sentence templates, so
 editing one paragraph changes one chunk. For each kind (a folder on disk; a Git repository
 cloned over file://) it times the first sync and then a sync after 1% of the files had one
-paragraph rewritten (kb.sources.sync.source_sync, the job's body, in this process), and counts
+paragraph rewritten (kb.library.sources.sync.source_sync, the job's body, in this process), and counts
 the chunks embedded by the second against all the source's chunks.
 
 Then index lag on the real schedule path: the ingest worker and Celery beat exactly as `make run`
@@ -212,7 +212,7 @@ class Lag:
         """Every POLL seconds: for each change not yet found whose text is stored, the reader's search."""
         from django.db import connection
 
-        from kb.models import Chunk, Source
+        from kb.library.models import Chunk, Source
         from search.retrieval import hybrid_search
 
         try:
@@ -239,8 +239,8 @@ class Lag:
 
 def _lag(place: Place, docs: list[Doc], source: Any, reader: Any, rng: random.Random, *, intervals: int,
          changes: int, tag: str) -> dict[str, Any]:
-    from kb.models import Source
-    from kb.sources.schedule import sources_running
+    from kb.library.models import Source
+    from kb.library.sources.schedule import sources_running
 
     lag = Lag()
     Source.objects.filter(pk=source.pk).update(every=EVERY)
@@ -273,8 +273,8 @@ def _lag(place: Place, docs: list[Doc], source: Any, reader: Any, rng: random.Ra
 
 
 def one_run(kind: str, run: int, tmp: Path, reader: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from kb.models import Chunk, Folder, Source
-    from kb.sources.sync import source_sync
+    from kb.library.models import Chunk, Folder, Source
+    from kb.library.sources.sync import source_sync
     from search.retrieval import hybrid_search
 
     rng = random.Random(f"{args.seed}-{run}")  # noqa: S311 (generated prose, not secrets)

@@ -92,8 +92,8 @@ class _IngestLoad:
         development corpus again, not two or three copies of it."""
         from django.db import connection
 
-        from kb.models import Document, Folder
-        from kb.services import document_delete, folder_delete
+        from kb.library.models import Document, Folder
+        from kb.library.services import document_delete, folder_delete
         from search.stats import lexeme_stats_refresh
 
         self._stop.set()

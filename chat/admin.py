@@ -1,7 +1,7 @@
 """Read-mostly admin for conversations, answers and feedback; reviewing happens in the review API. Review
 grants are given and revoked here, and superusers read (and export) the review access log here.
 
-Staff who are not superusers get only what they may read (kb.admin.StaffRuleMixin): answers whose every
+Staff who are not superusers get only what they may read (kb.library.admin.StaffRuleMixin): answers whose every
 source they may read (chat.selectors.messages_readable), since an answer, its quotes and its flags may repeat
 any of them, and only those whose deletion takes nothing else with it that they may not read; review grants
 only of groups they belong to and folders they may read (chat.review_scope)."""
@@ -21,8 +21,8 @@ from django.http import HttpRequest, StreamingHttpResponse
 from chat.models import Citation, Conversation, Feedback, Message, ReviewAccess, ReviewGrant
 from chat.review_scope import access_log_csv, grantable_folders, grantable_groups, grants_manageable, reviewers
 from chat.selectors import messages_readable
-from kb.access import visible_documents
-from kb.admin import ReadableRowsMixin, StaffRuleMixin
+from kb.library.access import visible_documents
+from kb.library.admin import ReadableRowsMixin, StaffRuleMixin
 
 
 def messages_manageable(user: Any) -> QuerySet[Message]:

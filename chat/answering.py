@@ -22,8 +22,8 @@ from chat.citations import CitationFilter, render_html
 from chat.events import ClaimPayload, Event, Timings, citation_from_source
 from chat.prompts import Source, build_prompt
 from chat.support import unsupported_claims
-from kb.access import visible_documents
-from kb.models import Chunk, Document
+from kb.library.access import visible_documents
+from kb.library.models import Chunk, Document
 from search.retrieval import Hit, SearchOptions, SearchResult, hybrid_search, reassemble
 
 ACCESS_CHANGED = (

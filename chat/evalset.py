@@ -32,10 +32,10 @@ from chat.backends.extractive import sentences as readable_sentences
 from chat.models import Citation, Judgement, Message
 from chat.selectors import is_withheld
 from chat.support import MARKER, claim_spans
-from kb.access import visible_documents
-from kb.ingest import embedding
-from kb.ingest.classify import classify_query
-from kb.models import Chunk, Document
+from kb.library.access import visible_documents
+from kb.library.ingest import embedding
+from kb.library.ingest.classify import classify_query
+from kb.library.models import Chunk, Document
 from search.retrieval import identifiers
 
 # The keys of each row, in the order ../shared/eval/README.md lists them.

@@ -4,7 +4,7 @@ A gap is an answer that was refused, judged wrong / should have answered / shoul
 rated down. Their questions' stored embeddings (Message.query_vector) are clustered into topics; each topic's
 centre is compared with every document's chunks, whoever may read them, so an admin can tell "the answer
 exists but the askers cannot read it" from "nobody wrote it down". Who may see it: `may_view_gaps`. What a
-viewer sees of a nearby document follows kb.access.visible_documents: the title and link of one they may
+viewer sees of a nearby document follows kb.library.access.visible_documents: the title and link of one they may
 read, and of one they may not only that it exists and which groups may read it, never its title, id, folder
 or text. The questions are other employees' words; the answers' texts and the judges' notes (which may quote
 documents) are never shown.
@@ -31,9 +31,9 @@ from sklearn.cluster import AgglomerativeClustering  # type: ignore[import-untyp
 
 from accounts.acl import EVERYONE, group_principal, is_active_user, user_principal
 from chat.models import Judgement, Message
-from kb.access import visible_documents
-from kb.ingest import embedding
-from kb.models import EMBEDDING_DIMENSIONS, Chunk, Document
+from kb.library.access import visible_documents
+from kb.library.ingest import embedding
+from kb.library.models import EMBEDDING_DIMENSIONS, Chunk, Document
 
 PERMISSION = "chat.view_contentgaps"
 DAYS = 90  # the default window

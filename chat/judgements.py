@@ -18,8 +18,8 @@ from chat.models import Judgement, Message
 from chat.review_scope import review_scope
 from chat.selectors import is_reviewer, is_withheld
 from chat.services import ChatError, NotFound
-from kb.access import visible_documents
-from kb.models import Document
+from kb.library.access import visible_documents
+from kb.library.models import Document
 
 # The asker's thumbs (Message.rating) are the sign of their verdict.
 RATING = {Judgement.Kind.HELPFUL: 1, Judgement.Kind.WRONG: -1, Judgement.Kind.SHOULD_REFUSE: -1,

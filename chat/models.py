@@ -9,7 +9,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from pgvector.django import VectorField
 
-from kb.models import EMBEDDING_DIMENSIONS
+from kb.library.models import EMBEDDING_DIMENSIONS
 
 
 class Conversation(models.Model):

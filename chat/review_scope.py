@@ -1,12 +1,12 @@
 """Review scope: what a support reviewer's grants open on the review desk, who may give a grant, and the access log.
 
-A grant (chat.models.ReviewGrant) for a group covers the documents that group may read (kb.access.group_documents);
-one for a folder, the documents in it that take its access (kb.access.folder_documents). The review desk shows an
+A grant (chat.models.ReviewGrant) for a group covers the documents that group may read (kb.library.access.group_documents);
+one for a folder, the documents in it that take its access (kb.library.access.folder_documents). The review desk shows an
 answer in full when every document it drew on is readable by the reviewer or covered by one of their grants, and
 writes one access-log row (chat.models.ReviewAccess) for each answer it showed through a grant. Nothing else reads
 grants: the viewer, search, the chat and the admin keep the reviewer's own access.
 
-Giving a grant follows the staff rule (kb.access.staff_may): superusers any; other staff holding the model permission
+Giving a grant follows the staff rule (kb.library.access.staff_may): superusers any; other staff holding the model permission
 only for groups they belong to and folders they may read, so nobody opens more than they read themselves.
 """
 
@@ -24,8 +24,8 @@ from django.db.models import QuerySet
 from accounts.acl import is_active_user
 from chat import conf
 from chat.models import ReviewAccess, ReviewGrant
-from kb.access import folder_documents, folders_readable, group_documents
-from kb.models import Folder
+from kb.library.access import folder_documents, folders_readable, group_documents
+from kb.library.models import Folder
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Reads: who may open a conversation or review answers, and what a given reader may see of a message.
 
 The rule for stored answers: a citation is shown only while its document is visible to
-the reader (kb.access, checked at read time), and an answer citing anything the
+the reader (kb.library.access, checked at read time), and an answer citing anything the
 reader may not see is withheld whole, since its text may quote that document. On the
 review desk alone a reviewer's grants (chat.review_scope) count as reading the documents
 they cover; each answer shown through one is written to the access log as it is read.
@@ -22,7 +22,7 @@ from chat.events import CitationPayload, ClaimPayload, Event, Timings, citation_
 from chat.models import Citation, Conversation, Feedback, Message, ReviewAccess
 from chat.review_scope import ReviewScope, access_log, review_scope
 from chat.review_scope import is_reviewer as is_reviewer  # where the API, the pages and judgements ask it
-from kb.access import visible_documents
+from kb.library.access import visible_documents
 
 WITHHELD = "This answer is hidden because it draws on a document you cannot read (any more)."
 WITHHELD_ERROR = "The answer could not be finished."

@@ -27,7 +27,7 @@ class SweepReport:
 
 def sweep() -> SweepReport:
     from chat.services import answers_expire
-    from kb.services import documents_requeue_stuck
+    from kb.library.services import documents_requeue_stuck
 
     requeued, failed = documents_requeue_stuck()
     report = SweepReport(documents_requeued=requeued, documents_failed=failed, answers_failed=answers_expire())

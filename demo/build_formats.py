@@ -288,7 +288,7 @@ BUILDERS = {
 
 
 def check() -> list[str]:
-    from kb.ingest.extract import detect_mime, extract
+    from kb.library.ingest.extract import detect_mime, extract
 
     def norm(text: str) -> str:
         return " ".join(text.split())

@@ -1,4 +1,5 @@
-"""Company knowledge base: project package (settings, URLs, ASGI, Celery) and the ingestion side."""
+"""Company knowledge base: the project package (settings, URLs, ASGI, the Celery app, the dev runtime);
+the documents app is kb.library."""
 
 from kb.celery import app as celery_app
 

@@ -14,10 +14,10 @@ from accounts.api import api_auth
 from chat import services as chat_services
 from kb import outage
 from kb.api_contract import ANY
-from kb.forms import UploadFormError
-from kb.services import DocumentStateConflict
-from kb.sources.services import SourceNameTaken, SourceRejected
-from kb.sources.sync import SourceBusy
+from kb.library.forms import UploadFormError
+from kb.library.services import DocumentStateConflict
+from kb.library.sources.services import SourceNameTaken, SourceRejected
+from kb.library.sources.sync import SourceBusy
 
 logger = logging.getLogger(__name__)
 
@@ -25,9 +25,9 @@ api = NinjaAPI(title="Knowledge base API", version="1", auth=api_auth(), urls_na
 api.add_router("/search", "search.api.router")
 api.add_router("/", "chat.api.router")
 api.add_router("/", "chat.gaps_api.router")
-api.add_router("/documents", "kb.documents_api.documents")
-api.add_router("/folders", "kb.documents_api.folders")
-api.add_router("/sources", "kb.sources_api.sources")
+api.add_router("/documents", "kb.library.documents_api.documents")
+api.add_router("/folders", "kb.library.documents_api.folders")
+api.add_router("/sources", "kb.library.sources_api.sources")
 
 
 # Domain errors become HTTP here, once, for every router (a handler matches the nearest class).

@@ -92,7 +92,7 @@ check_celery = Reused(ping_celery, lambda: settings.KB_HEALTH_CELERY_CACHE_SECON
 
 
 def check_embedding() -> dict[str, Any]:
-    from kb.ingest import embedding
+    from kb.library.ingest import embedding
 
     dims = embedding.dimensions()
     if dims != settings.KB_EMBEDDING_DIMENSIONS:
@@ -132,9 +132,9 @@ def health_report(checks: dict[str, Check] | None = None) -> dict[str, Any]:
 
 
 def sources_report(user: Any) -> list[dict[str, Any]]:
-    """Each source `user` may see by the staff rule (kb.sources.selectors.sources_viewable), with its index
+    """Each source `user` may see by the staff rule (kb.library.sources.selectors.sources_viewable), with its index
     lag: staff detail beside the checks. It does not move `ok`: a source behind is not the service down."""
-    from kb.sources.selectors import lag_of, sources_viewable, with_lag
+    from kb.library.sources.selectors import lag_of, sources_viewable, with_lag
 
     now = timezone.now()
     report = []

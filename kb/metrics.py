@@ -30,8 +30,8 @@ from prometheus_client.registry import Collector
 from accounts.client_address import Network, request_client_address
 from chat.models import Message
 from kb import queues
-from kb.models import Document, Source
-from kb.sources.selectors import lag_of, with_lag
+from kb.library.models import Document, Source
+from kb.library.sources.selectors import lag_of, with_lag
 
 log = logging.getLogger(__name__)
 

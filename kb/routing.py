@@ -1,6 +1,6 @@
 from django.urls import path
 
-from kb import consumers
+from kb.library import consumers
 
 websocket_urlpatterns = [
     path("ws/library/", consumers.DocumentStatusConsumer.as_asgi()),

@@ -74,7 +74,7 @@ INSTALLED_APPS = [
     "django.contrib.postgres",
     "ninja",  # serves its own Swagger UI assets: no CDN
     "axes",  # login throttling (see "Auth" below)
-    "kb",
+    "kb.library",  # documents, folders, sources, ingestion (app label "kb")
     "accounts",
     "search",
     "chat",
@@ -385,7 +385,7 @@ KB_INGEST_MAX_ATTEMPTS = env_int("KB_INGEST_MAX_ATTEMPTS", 3, minimum=1)  # then
 KB_SWEEP_SECONDS = env_float("KB_SWEEP_SECONDS", 30.0)  # how often each worker sweeps expired work; 0: never
 KB_OCR_ENABLED = env_bool("KB_OCR", True)  # read PDF pages without a text layer by OCR (seconds per page)
 KB_OCR_MAX_PIXELS = env_int("KB_OCR_MAX_PIXELS", 16_000_000, minimum=1)  # a larger page is rendered at a lower dpi
-# Each document is read in a child process with these limits (kb.ingest.bounded); the CPU seconds are
+# Each document is read in a child process with these limits (kb.library.ingest.bounded); the CPU seconds are
 # granted again for each page read by OCR.
 KB_EXTRACT_CPU_SECONDS = env_int("KB_EXTRACT_CPU_SECONDS", 60, minimum=1)
 KB_EXTRACT_MEMORY_MB = env_int("KB_EXTRACT_MEMORY_MB", 3072, minimum=64)  # address space; OCR needs ~2 GB of it
@@ -396,7 +396,7 @@ KB_HEALTH_CELERY_CACHE_SECONDS = env_float("KB_HEALTH_CELERY_CACHE_SECONDS", 5.0
 KB_METRICS_TOKEN = env_secret("KB_METRICS_TOKEN")
 # CIDRs allowed to scrape
 KB_METRICS_NETWORKS = proxy_networks(env_list("KB_METRICS_NETWORKS", []), name="KB_METRICS_NETWORKS")
-# Site sources (kb.sources.site): requests of one run at most (a bigger site fails the run rather than
+# Site sources (kb.library.sources.site): requests of one run at most (a bigger site fails the run rather than
 # being listed in part), seconds between two requests (robots.txt's Crawl-delay when longer), per request.
 KB_SOURCE_SITE_MAX_PAGES = env_int("KB_SOURCE_SITE_MAX_PAGES", 2000, minimum=1)
 KB_SOURCE_SITE_DELAY = env_float("KB_SOURCE_SITE_DELAY", 0.2)  # seconds between two requests

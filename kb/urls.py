@@ -6,6 +6,7 @@ from accounts.views import LoginView, LogoutView
 from chat import views as chat_views
 from kb import metrics, views
 from kb.api import api
+from kb.library import views as library_views
 
 handler500 = "kb.views.server_error"
 
@@ -15,11 +16,11 @@ urlpatterns = [
     path("metrics", metrics.metrics, name="metrics"),
     path("accounts/login/", LoginView.as_view(), name="login"),
     path("accounts/logout/", LogoutView.as_view(), name="logout"),
-    path("library/", views.library, name="library"),
-    path("library/upload", views.library_upload, name="library-upload"),
-    path("library/documents/<int:pk>/retry", views.library_retry, name="library-retry"),
-    path("documents/<int:pk>/", views.document_view, name="document"),
-    path("documents/<int:pk>/download", views.document_download, name="document-download"),
+    path("library/", library_views.library, name="library"),
+    path("library/upload", library_views.library_upload, name="library-upload"),
+    path("library/documents/<int:pk>/retry", library_views.library_retry, name="library-retry"),
+    path("documents/<int:pk>/", library_views.document_view, name="document"),
+    path("documents/<int:pk>/download", library_views.document_download, name="document-download"),
     path("review/", chat_views.review, name="review"),
     path("gaps/", chat_views.gaps, name="gaps"),
     path("admin/", admin.site.urls),

@@ -1,4 +1,4 @@
-"""search's part of the admin: the document list (kb.admin) names the reranker and late
+"""search's part of the admin: the document list (kb.library.admin) names the reranker and late
 interaction that queries use now, next to the index version; and the answerability models
 refitted from this deployment's verdicts, which an admin reads, accepts and reverts here."""
 
@@ -13,8 +13,8 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
-from kb.access import staff_may
-from kb.admin import index_note_register
+from kb.library.access import staff_may
+from kb.library.admin import index_note_register
 from search import late, rerank
 from search.answerability import (
     AnswerabilityError,

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from kb.access import staff_may
+from kb.library.access import staff_may
 from search.models import AnswerabilityModel
 
 # Signals the model may use; a model names the subset it was fitted on.

@@ -6,7 +6,7 @@ class SearchConfig(AppConfig):
     name = "search"
 
     def ready(self) -> None:
-        from kb.events import document_indexed
+        from kb.library.events import document_indexed
         from search.answerability import AnswerabilityError, settings_model
         from search.stats import on_document_indexed
 

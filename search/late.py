@@ -20,8 +20,8 @@ import numpy as np
 from django.conf import settings
 from django.db import connection
 
-from kb.ingest import embedding
-from kb.ingest.pieces import read_binary, unpack
+from kb.library.ingest import embedding
+from kb.library.ingest.pieces import read_binary, unpack
 from search.stats import CHUNK_TOTAL_SQL, idf_sql
 
 
@@ -65,7 +65,7 @@ def query_weights(query: str, word_spans: Sequence[tuple[int, int]], idf: Sequen
 
 
 def chunk_vectors(chunks: Sequence[tuple[int, str]]) -> list[np.ndarray]:
-    """Word-piece vectors of each (chunk id, text): stored at ingest (kb.ingest.pieces), read in one query.
+    """Word-piece vectors of each (chunk id, text): stored at ingest (kb.library.ingest.pieces), read in one query.
 
     Only a chunk indexed before the stage existed (its document shows stale) has none; its text is
     encoded here until it is re-indexed.

@@ -27,9 +27,9 @@ from django.db import connection, transaction
 from django.db.models import Q
 
 from accounts.acl import user_principals
-from kb.ingest import embedding
-from kb.ingest.classify import SCREEN, classify_query
-from kb.models import Chunk, passage_link
+from kb.library.ingest import embedding
+from kb.library.ingest.classify import SCREEN, classify_query
+from kb.library.models import Chunk, passage_link
 from search import answerability, late, rerank
 from search.stats import CHUNK_TOTAL_SQL, idf_sql
 

@@ -26,7 +26,7 @@ def gin_indexes() -> list[str]:
     it (right after the development corpus is indexed, 242 pending pages made the candidate query ~25% slower)."""
     from django.contrib.postgres.indexes import GinIndex
 
-    from kb.models import Chunk, Document
+    from kb.library.models import Chunk, Document
 
     return [index.name for model in (Chunk, Document) for index in model._meta.indexes if isinstance(index, GinIndex)]
 
@@ -42,7 +42,7 @@ def lexeme_stats_refresh() -> None:
 
 
 def on_document_indexed(sender: object, *, sync: bool, **kwargs: object) -> None:
-    """kb.events.document_indexed: a waiting caller gets fresh statistics now, workers a debounced refresh."""
+    """kb.library.events.document_indexed: a waiting caller gets fresh statistics now, workers a debounced refresh."""
     if sync:
         lexeme_stats_refresh()
     else:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from kb.ingest.pipeline import ingest
-from kb.models import Document
-from kb.services import document_upload
+from kb.library.ingest.pipeline import ingest
+from kb.library.models import Document
+from kb.library.services import document_upload
 
 
 def uploaded_document(text: str | bytes, name: str = "guide.md", **access: Any) -> Document:

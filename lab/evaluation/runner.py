@@ -61,7 +61,7 @@ class EvalSet:
 
     def documents(self) -> list[str]:
         """Corpus files as paths relative to corpus/ (the form every file of the set uses)."""
-        from kb.ingest.batch import expand_paths
+        from kb.library.ingest.batch import expand_paths
 
         return [p.relative_to(self.corpus).as_posix() for p in expand_paths([self.corpus])]
 
@@ -251,8 +251,8 @@ def _ingest(eval_set: EvalSet, log: Log) -> dict[str, Any]:
     """Upload the corpus, one folder per directory, each file restricted to its acl.json group."""
     from django.contrib.auth.models import Group
 
-    from kb.ingest.batch import ingest_paths
-    from kb.models import Folder
+    from kb.library.ingest.batch import ingest_paths
+    from kb.library.models import Folder
 
     doc_groups = eval_set.acl.get("groups", {})
     batches: dict[tuple[str, str], list[Path]] = {}
@@ -281,7 +281,7 @@ def _relative(line: str, corpus: Path) -> str:
 
 
 def _doc_paths() -> dict[int, str]:
-    from kb.models import Document
+    from kb.library.models import Document
 
     return {
         d.pk: (f"{d.folder.name}/{d.filename}" if d.folder else d.filename)
@@ -290,7 +290,7 @@ def _doc_paths() -> dict[int, str]:
 
 
 def _chunks(paths: Mapping[int, str]) -> list[dict[str, Any]]:
-    from kb.models import Chunk
+    from kb.library.models import Chunk
 
     rows = Chunk.objects.order_by("document_id", "ordinal").values_list(
         "document_id", "start", "end", "kind", "tokens", "content"
@@ -334,7 +334,7 @@ def run_inner(*, eval_set: EvalSet, overrides: Mapping[str, Any], log: Log, answ
     """
     from django.core.management import call_command
 
-    from kb.access import visible_documents
+    from kb.library.access import visible_documents
     from search.retrieval import hybrid_search
 
     timings: dict[str, Any] = {}

@@ -15,7 +15,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from chat.events import Event
-from kb.models import Document
+from kb.library.models import Document
 from tests.factories import ingested_document
 
 SHIPMENTS = """# Shipments console

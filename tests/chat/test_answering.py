@@ -15,7 +15,7 @@ from chat.answering import ACCESS_CHANGED, answer_stream
 from chat.models import Citation, Message
 from chat.selectors import WITHHELD, conversation_replay, message_views
 from chat.services import answer_produce, question_ask
-from kb.models import Chunk, Document
+from kb.library.models import Chunk, Document
 from tests.chat.conftest import EXPORT_QUESTION, OOD_QUESTION, VAULT_QUESTION, received
 from tests.chat.openai_stub import StubOpenAI
 from tests.factories import ingested_document

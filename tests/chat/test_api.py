@@ -14,7 +14,7 @@ from chat.api import PREVIEW_CHARS
 from chat.models import Feedback, Message
 from chat.selectors import conversation_replay
 from chat.services import answer_produce, question_ask
-from kb.models import Document
+from kb.library.models import Document
 from tests.chat.conftest import EXPORT_QUESTION, VAULT_QUESTION
 from tests.chat.openai_stub import StubOpenAI
 from tests.chat.test_answering import use_stub

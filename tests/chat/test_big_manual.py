@@ -15,7 +15,7 @@ import pytest
 
 from chat.models import Message
 from chat.services import answer_produce, question_ask
-from kb.models import Chunk
+from kb.library.models import Chunk
 from tests.factories import ingested_document
 from tests.kb.test_pdf_pages import build_pdf
 

@@ -13,7 +13,7 @@ from accounts.websocket import CLOSE_UNAUTHENTICATED
 from chat.consumers import CLOSE_FORBIDDEN
 from chat.models import Message
 from chat.services import question_ask
-from kb.models import Document
+from kb.library.models import Document
 from tests.chat.conftest import EXPORT_QUESTION, Producer, events_until, finished, joined_tokens, open_chat
 from tests.chat.openai_stub import StubOpenAI
 

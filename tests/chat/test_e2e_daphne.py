@@ -27,7 +27,7 @@ from accounts.tokens import token_create
 from accounts.websocket import CLOSE_UNAUTHENTICATED
 from chat.consumers import CLOSE_FORBIDDEN
 from chat.services import question_ask
-from kb.models import Document
+from kb.library.models import Document
 from kb.queues import ANSWERS
 from tests.chat.conftest import EXPORT_QUESTION
 from tests.chat.openai_stub import StubOpenAI

@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from chat.evalset import OOD_KEYS, QUESTION_KEYS, normalised
 from chat.models import Judgement, Message
-from kb.models import Document, Folder
-from kb.services import folder_set_access
+from kb.library.models import Document, Folder
+from kb.library.services import folder_set_access
 from tests.chat.conftest import EXPORT_QUESTION, OOD_QUESTION, SHIPMENTS, VAULT, VAULT_QUESTION
 from tests.chat.test_api import answered, answered_unsupported
 from tests.conftest import NO_SHARED_EVAL, SHARED_EVAL

@@ -10,7 +10,7 @@ import pytest
 
 from chat.answering import answer_stream
 from chat.backends.local import NOTICE, gguf_location
-from kb.models import Document
+from kb.library.models import Document
 from tests.chat.conftest import EXPORT_QUESTION, received
 
 

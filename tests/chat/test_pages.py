@@ -15,7 +15,7 @@ from chat.events import citation_from_stored
 from chat.models import Citation, Conversation, Message
 from chat.selectors import MESSAGES_PAGE, WITHHELD, conversation_page, conversation_replay
 from chat.services import answer_produce, question_ask
-from kb.models import Chunk, Document
+from kb.library.models import Chunk, Document
 from tests.chat.conftest import EXPORT_QUESTION, OOD_QUESTION, VAULT_QUESTION, events_until
 from tests.chat.test_chat_ws import connected
 

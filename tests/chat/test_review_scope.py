@@ -15,8 +15,8 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from chat.models import Feedback, Judgement, Message, ReviewAccess, ReviewGrant
-from kb.models import Document, Folder
-from kb.services import folder_set_access
+from kb.library.models import Document, Folder
+from kb.library.services import folder_set_access
 from tests.chat.conftest import VAULT_QUESTION
 from tests.chat.test_api import answered
 from tests.factories import ingested_document

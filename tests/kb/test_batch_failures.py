@@ -9,8 +9,8 @@ from typing import Any
 import pypdf
 import pytest
 
-from kb.ingest.batch import ingest_paths
-from kb.models import Document
+from kb.library.ingest.batch import ingest_paths
+from kb.library.models import Document
 
 GOOD_MD = "# Returns\n\n## Window\n\nCustomers may return a parcel within thirty days of delivery, unopened.\n"
 GOOD_HTML = "<html><head><title>Holidays</title></head><body><h1>Holidays</h1><p>The office closes on 24 December.</p></body></html>"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kb.ingest.chunking import MAX_TOKENS, split
-from kb.ingest.extract import MARKDOWN, extract
+from kb.library.ingest.chunking import MAX_TOKENS, split
+from kb.library.ingest.extract import MARKDOWN, extract
 
 WORDS = st.sampled_from(
     "the a retry queue carrier invoice LMN-E4012 dispatcher.retry.max_attempts Überweisung naïve 数据 "

@@ -12,8 +12,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from accounts.tokens import token_create
-from kb.models import Chunk, Document, Folder
-from kb.services import folder_set_access
+from kb.library.models import Chunk, Document, Folder
+from kb.library.services import folder_set_access
 from tests.factories import ingested_document
 
 ALL = ["search", "ask", "documents:read", "documents:write"]

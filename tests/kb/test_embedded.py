@@ -53,7 +53,7 @@ def test_database_url_points_the_app_at_a_second_postgres_server(tmp_path: Path,
         env = service_env(DATABASE_URL=second.url)
         migrated = manage("migrate", "--noinput", env=env)
         assert migrated.returncode == 0, migrated.stderr
-        created = manage("shell", "-c", "from kb.models import Folder; Folder.objects.create(name='only-on-second')", env=env)
+        created = manage("shell", "-c", "from kb.library.models import Folder; Folder.objects.create(name='only-on-second')", env=env)
         assert created.returncode == 0, created.stderr
         with psycopg.connect(second.url) as conn:
             names = [row[0] for row in conn.execute("SELECT name FROM kb_folder")]
@@ -62,7 +62,7 @@ def test_database_url_points_the_app_at_a_second_postgres_server(tmp_path: Path,
         assert names == ["only-on-second"]
         assert cache == ("160MB",)  # the server was started with the configured page cache
         assert {"vector", "pg_trgm"} <= extensions
-        from kb.models import Folder
+        from kb.library.models import Folder
 
         assert not Folder.objects.filter(name="only-on-second").exists()
     finally:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kb.ingest.extract import (
+from kb.library.ingest.extract import (
     DOCX,
     HTML,
     MARKDOWN,

@@ -1,4 +1,4 @@
-"""The extractors of kb/ingest/formats/ on real files (tests/kb/fixtures/formats/README.md) and broken ones."""
+"""The extractors of kb/library/ingest/formats/ on real files (tests/kb/fixtures/formats/README.md) and broken ones."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kb.ingest.chunking import split
-from kb.ingest.extract import (
+from kb.library.ingest.chunking import split
+from kb.library.ingest.extract import (
     CSV,
     EML,
     EPUB,
@@ -230,7 +230,7 @@ def test_csv_rows_are_records_in_blocks_each_under_its_row_range() -> None:
 
 
 def test_long_and_wide_sheets_are_bounded_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kb.ingest.formats import sheets
+    from kb.library.ingest.formats import sheets
 
     monkeypatch.setattr(sheets, "MAX_ROWS", 50)
     monkeypatch.setattr(sheets, "MAX_COLUMNS", 3)

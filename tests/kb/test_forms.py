@@ -8,8 +8,8 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.http import QueryDict
 
-from kb.forms import UploadForm
-from kb.models import Document, Folder
+from kb.library.forms import UploadForm
+from kb.library.models import Document, Folder
 
 pytestmark = pytest.mark.django_db
 
@@ -65,7 +65,7 @@ def test_a_valid_form_stores_the_file_where_it_says(people: dict[str, Any]) -> N
 
 def test_an_empty_file_reaches_the_upload_rules_which_name_it() -> None:
     """The form does not refuse it with Django's own words; the upload service says which file."""
-    from kb.services import UploadRejected
+    from kb.library.services import UploadRejected
 
     upload = form("access=everyone", file=b"")
     assert upload.is_valid(), upload.errors

@@ -9,9 +9,9 @@ from typing import Any
 from django.apps import apps
 from django.test import Client
 
-from kb.ingest import headings
-from kb.ingest.extract import Heading
-from kb.models import Document
+from kb.library.ingest import headings
+from kb.library.ingest.extract import Heading
+from kb.library.models import Document
 from tests.factories import ingested_document
 
 GUIDE = """# Shipments guide
@@ -94,7 +94,7 @@ def test_documents_indexed_before_the_migration_get_their_headings(db: None) -> 
     pdf = Document.objects.create(title="scan", mime_type="application/pdf", canonical_text="# not a heading in a PDF\n")
     never_indexed = Document.objects.create(title="queued", mime_type="text/markdown")
     Document.objects.filter(pk=document.pk).update(headings=[])
-    migration = importlib.import_module("kb.migrations.0006_document_headings")
+    migration = importlib.import_module("kb.library.migrations.0006_document_headings")
     migration.locate_stored_headings(apps, None)
     document.refresh_from_db()
     assert document.headings == headings.stored(headings.locate(text=GUIDE, mime="text/markdown"))

@@ -13,9 +13,9 @@ from django.test import Client
 
 from kb import health
 from kb.health import health_report
-from kb.models import Folder, Source
-from kb.services import folder_set_access
-from kb.sources.sync import source_sync
+from kb.library.models import Folder, Source
+from kb.library.services import folder_set_access
+from kb.library.sources.sync import source_sync
 
 
 @pytest.fixture(autouse=True)

@@ -15,8 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from accounts.client_address import proxy_networks
 from chat.models import Message
-from kb.models import Folder, Source
-from kb.sources.sync import source_sync
+from kb.library.models import Folder, Source
+from kb.library.sources.sync import source_sync
 from tests.chat.conftest import EXPORT_QUESTION, OOD_QUESTION, SHIPMENTS
 from tests.chat.test_api import answered
 from tests.factories import ingested_document

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from kb.ingest.chunking import split
-from kb.ingest.extract import PDF, extract
-from kb.ingest.formats.pages import continues, join_pages
+from kb.library.ingest.chunking import split
+from kb.library.ingest.extract import PDF, extract
+from kb.library.ingest.formats.pages import continues, join_pages
 
 ANSWER = (
     "The vault rotation code for the staging cluster is ZX-4412-QUARTZ, and the platform team "
@@ -157,9 +157,9 @@ def test_a_scanned_page_is_read_by_ocr_with_its_confidence() -> None:
 
 @pytest.mark.slow
 def test_a_scanned_pdf_becomes_searchable(db: None, people: dict[str, Any], settings: Any) -> None:
-    from kb.ingest.pipeline import ingest
-    from kb.models import Document
-    from kb.services import document_upload
+    from kb.library.ingest.pipeline import ingest
+    from kb.library.models import Document
+    from kb.library.services import document_upload
     from search.retrieval import hybrid_search
 
     settings.KB_OCR_ENABLED = True

@@ -11,12 +11,12 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from kb.ingest.batch import ingest_paths
-from kb.ingest.pipeline import STAGES, ingest
-from kb.ingest.version import current_index_version
-from kb.models import Chunk, Document, Folder
-from kb.selectors import document_is_stale, documents_stale
-from kb.services import UploadRejected, document_delete, document_set_access, document_upload, folder_set_access
+from kb.library.ingest.batch import ingest_paths
+from kb.library.ingest.pipeline import STAGES, ingest
+from kb.library.ingest.version import current_index_version
+from kb.library.models import Chunk, Document, Folder
+from kb.library.selectors import document_is_stale, documents_stale
+from kb.library.services import UploadRejected, document_delete, document_set_access, document_upload, folder_set_access
 from tests.factories import ingested_document, uploaded_document
 
 GUIDE = """# Shipments guide
@@ -276,7 +276,7 @@ def test_reindex_stale_needs_post_and_staff(db: None, people: dict[str, Any], cl
 
 
 def test_embedding_reports_progress_as_it_goes(db: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kb.ingest import pipeline
+    from kb.library.ingest import pipeline
 
     seen: list[tuple[str, int, int]] = []
 

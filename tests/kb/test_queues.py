@@ -49,8 +49,8 @@ def _database_settings(env: dict[str, str]) -> dict[str, Any]:
 def test_a_question_is_answered_while_the_ingest_queue_is_full(people: dict[str, Any]) -> None:
     from chat.models import Message
     from chat.services import question_ask
-    from kb.models import Document
-    from kb.services import document_upload
+    from kb.library.models import Document
+    from kb.library.services import document_upload
 
     ingested_document(SHIPMENTS, "shipments.md")
     notes = [f"# Note {i}\n\nBody of note {i}.\n".encode() for i in range(3)]

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client
 
-from kb.models import Folder, Source
-from kb.services import folder_set_access
+from kb.library.models import Folder, Source
+from kb.library.services import folder_set_access
 
 pytestmark = pytest.mark.django_db
 

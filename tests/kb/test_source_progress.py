@@ -21,12 +21,12 @@ from django.test import Client
 from django.utils import timezone
 
 from kb import queues
-from kb.events import document_indexed
-from kb.models import Document, Folder, Source, SourceChange
-from kb.sources.git import ASKPASS_USER, cache_dir
-from kb.sources.secrets import secret_setting
-from kb.sources.sync import source_sync
-from kb.tasks import sync_source
+from kb.library.events import document_indexed
+from kb.library.models import Document, Folder, Source, SourceChange
+from kb.library.sources.git import ASKPASS_USER, cache_dir
+from kb.library.sources.secrets import secret_setting
+from kb.library.sources.sync import source_sync
+from kb.library.tasks import sync_source
 from tests.kb.test_sources import EXPENSES, VACATION, commit, found, git
 
 TOKEN = "glpat-h4-Zq81vTq0cret"

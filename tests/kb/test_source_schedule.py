@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from kb.models import Folder, Source
+from kb.library.models import Folder, Source
+from kb.library.sources.schedule import sources_due
+from kb.library.sources.sync import source_lock
 from kb.runtime.launcher import beat_argv
-from kb.sources.schedule import sources_due
-from kb.sources.sync import source_lock
 from tests.conftest import ROOT, service_env, stop_process
 
 
@@ -56,7 +56,7 @@ def test_a_source_every_minute_runs_at_every_tick_though_its_run_started_after_t
 
 
 def test_the_tick_queues_due_sources_and_a_worker_runs_them(tmp_path: Path, celery_worker: Any) -> None:
-    from kb.tasks import sources_due as tick
+    from kb.library.tasks import sources_due as tick
 
     share = tmp_path / "share"
     share.mkdir()

@@ -17,9 +17,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from kb.models import Chunk, Document, Folder, Source
-from kb.sources.site import Prefix, document_path, list_entries
-from kb.sources.sync import source_sync
+from kb.library.models import Chunk, Document, Folder, Source
+from kb.library.sources.site import Prefix, document_path, list_entries
+from kb.library.sources.sync import source_sync
 from tests.kb.test_sources import EXPENSES, ONCALL, counts, found, indexed
 
 REPO = Path(__file__).resolve().parents[2]

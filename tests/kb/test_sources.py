@@ -14,8 +14,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from kb.models import Chunk, Document, Folder, Source
-from kb.sources.sync import LOCK_CLASS, SourceBusy, SyncResult, source_sync
+from kb.library.models import Chunk, Document, Folder, Source
+from kb.library.sources.sync import LOCK_CLASS, SourceBusy, SyncResult, source_sync
 from search.retrieval import hybrid_search
 from tests.conftest import manage, service_env
 

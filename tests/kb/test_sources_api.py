@@ -13,9 +13,9 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from accounts.tokens import token_create
-from kb.models import Document, Folder, Source
-from kb.services import folder_set_access
-from kb.sources.sync import source_sync
+from kb.library.models import Document, Folder, Source
+from kb.library.services import folder_set_access
+from kb.library.sources.sync import source_sync
 
 PERMS = ("view_source", "add_source", "change_source", "delete_source")
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from kb.models import Chunk, Document
-from kb.services import document_queue_ingest, document_upload
+from kb.library.models import Chunk, Document
+from kb.library.services import document_queue_ingest, document_upload
 from tests.conftest import start_worker, stop_process
 
 SECTION = (
@@ -99,7 +99,7 @@ def test_a_pool_process_killed_mid_embedding_is_retried_at_once_by_its_worker() 
 
 @pytest.mark.django_db
 def test_a_document_whose_jobs_keep_getting_lost_fails_with_the_reason(settings: Any) -> None:
-    from kb.services import document_job_lost
+    from kb.library.services import document_job_lost
 
     settings.KB_INGEST_MAX_ATTEMPTS = 2
     data = b"# Notes\n\nA short page."

@@ -53,7 +53,7 @@ def _seed_live_knowledge_base() -> dict[str, Any]:
     """Rows that clash with the set's names (group engineering, user alice): a run here would trip on them."""
     from django.contrib.auth.models import Group, User
 
-    from kb.models import Chunk, Document
+    from kb.library.models import Chunk, Document
 
     group = Group.objects.create(name="engineering")
     alice = User.objects.create_user("alice", password="live-password")
@@ -76,7 +76,7 @@ def _snapshot() -> dict[str, Any]:
     from django.conf import settings
     from django.contrib.auth.models import Group, User
 
-    from kb.models import Chunk, Document, Folder
+    from kb.library.models import Chunk, Document, Folder
 
     media = Path(settings.MEDIA_ROOT)
     return {

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from kb.models import Document, Folder
-from kb.services import folder_set_access
+from kb.library.models import Document, Folder
+from kb.library.services import folder_set_access
 from tests.kb.test_documents_api import bearer, files
 
 pytestmark = pytest.mark.django_db

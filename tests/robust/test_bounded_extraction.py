@@ -1,4 +1,4 @@
-"""Issue 28: every reader runs in a child process with CPU and memory limits (kb.ingest.bounded);
+"""Issue 28: every reader runs in a child process with CPU and memory limits (kb.library.ingest.bounded);
 items 6 (docutils is quadratic on crafted reStructuredText) and 7 (OCR rendered a page at any size).
 
 Before: a 100 KB .rst of unclosed emphasis held the ingest worker for minutes (docutils took 5.4 s
@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from pypdf import PdfWriter
 
-from kb.ingest import bounded, extract
-from kb.ingest.extract import EML, MARKDOWN, ODT, PDF, RST, XLSX, ExtractionError, UnsupportedFile
-from kb.ingest.formats import ocr
+from kb.library.ingest import bounded, extract
+from kb.library.ingest.extract import EML, MARKDOWN, ODT, PDF, RST, XLSX, ExtractionError, UnsupportedFile
+from kb.library.ingest.formats import ocr
 from tests.robust.test_zoo import raw_pdf
 
 FIXTURES = Path(__file__).parents[1] / "kb" / "fixtures" / "formats"
@@ -115,8 +115,8 @@ def test_reader_errors_reach_the_caller_with_their_class_and_message() -> None:
 def test_hostile_files_fail_alone_in_a_real_worker_and_the_next_document_is_indexed() -> None:
     """The acceptance of items 6 and 7: a prefork worker (daemonic pool process, as `make run` has)
     takes the two hostile files and a good one in queue order."""
-    from kb.models import Document
-    from kb.services import document_upload
+    from kb.library.models import Document
+    from kb.library.services import document_upload
     from tests.conftest import start_worker, stop_process
 
     cpu_seconds = 3

@@ -12,8 +12,8 @@ import zipfile
 import pytest
 from pypdf import PdfWriter
 
-from kb.ingest import extract
-from kb.ingest.extract import DOCX, HTML, PDF, ExtractionError
+from kb.library.ingest import extract
+from kb.library.ingest.extract import DOCX, HTML, PDF, ExtractionError
 
 
 def docx_bomb(unpacked: int) -> bytes:
@@ -67,7 +67,7 @@ def test_html_over_the_size_cap_is_refused() -> None:
 
 def test_tasks_have_time_limits() -> None:
     from chat.tasks import answer_message
-    from kb.tasks import ingest_document
+    from kb.library.tasks import ingest_document
 
     for task in (ingest_document, answer_message):
         assert 0 < task.soft_time_limit < task.time_limit

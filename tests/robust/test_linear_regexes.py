@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from kb.ingest import headings
-from kb.ingest.extract import MARKDOWN, PLAIN, Extracted, extract
-from kb.models import Document
-from kb.viewer import render_document
+from kb.library.ingest import headings
+from kb.library.ingest.extract import MARKDOWN, PLAIN, Extracted, extract
+from kb.library.models import Document
+from kb.library.viewer import render_document
 from tests.robust.scaling import assert_linear
 
 

@@ -16,7 +16,7 @@ import pytest
 from chat import sentences as scoring
 from chat.backends.extractive import units
 from chat.prompts import Source
-from kb.models import Chunk, Document
+from kb.library.models import Chunk, Document
 from tests.factories import ingested_document
 from tests.robust.scaling import growth
 

@@ -25,9 +25,9 @@ from django.utils import timezone
 from chat.events import group_name
 from chat.models import Message
 from chat.services import answers_expire, answers_orphaned, question_ask
-from kb.models import Document
+from kb.library.models import Document
+from kb.library.services import document_upload, documents_requeue_stuck
 from kb.runtime import embedded
-from kb.services import document_upload, documents_requeue_stuck
 from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS
 from tests.chat.openai_stub import StubOpenAI
 from tests.conftest import start_worker, stop_process

@@ -28,9 +28,9 @@ from pypdf import PdfWriter
 
 from accounts.tokens import token_create
 from kb.celery import app
-from kb.ingest import extract
-from kb.ingest.extract import UnsupportedFile
-from kb.models import Document
+from kb.library.ingest import extract
+from kb.library.ingest.extract import UnsupportedFile
+from kb.library.models import Document
 from tests.conftest import daphne, start_worker, stop_process
 from tests.robust.test_extraction_limits import docx_bomb, docx_swarm
 
@@ -271,7 +271,7 @@ def test_a_zoo_of_bad_files_in_one_batch_leaves_the_good_ones_ready_and_the_serv
 
 def test_a_name_with_a_path_or_control_characters_is_refused_where_no_parser_cleaned_it() -> None:
     """`manage.py ingest` and other callers pass names straight to the service."""
-    from kb.services import UploadRejected, upload_validate
+    from kb.library.services import UploadRejected, upload_validate
 
     for name in ("../evil.md", "a\\b.md", "bell\x07.md"):
         with pytest.raises(UploadRejected, match="path separator or a control character"):

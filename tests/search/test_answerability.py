@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kb.models import Document
+from kb.library.models import Document
 from search.retrieval import SearchOptions, hybrid_search
 from tests.conftest import manage, service_env
 from tests.factories import ingested_document

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kb.models import Chunk
+from kb.library.models import Chunk
 from search.retrieval import REASSEMBLE_REACH, Hit, reassemble
 from tests.factories import ingested_document
 

@@ -11,8 +11,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from accounts.tokens import token_create
-from kb.models import Document, Folder
-from kb.services import document_set_access, folder_set_access
+from kb.library.models import Document, Folder
+from kb.library.services import document_set_access, folder_set_access
 from search.retrieval import SearchOptions, hybrid_search, identifiers
 from tests.factories import ingested_document
 

@@ -19,9 +19,9 @@ from urllib.parse import quote, quote_plus
 
 from django.contrib.auth.models import Group, Permission, User
 
-from kb.ingest.pipeline import ingest
-from kb.models import Document, Folder
-from kb.services import document_upload, folder_set_access
+from kb.library.ingest.pipeline import ingest
+from kb.library.models import Document, Folder
+from kb.library.services import document_upload, folder_set_access
 
 # Staff "ellen" may open every admin page of our models but is in no group: the admin attacker.
 ADMIN_MODELS = ("document", "chunk", "folder", "conversation", "message", "citation", "feedback", "apitoken")

@@ -29,7 +29,7 @@ from django.test import Client
 from accounts.acl import user_principals
 from accounts.models import ApiToken, OidcIdentity
 from chat.models import Conversation, Feedback, Message, ReviewAccess, ReviewGrant
-from kb.models import Chunk, Document, Folder, Source
+from kb.library.models import Chunk, Document, Folder, Source
 
 # The models whose Django permissions the admin and the API check, as (app label, model name).
 MODELS = (

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from django.db import connection, connections, transaction
 
-from kb.models import Document, Folder
-from kb.services import document_set_access, document_upload, folder_create, folder_set_access
+from kb.library.models import Document, Folder
+from kb.library.services import document_set_access, document_upload, folder_create, folder_set_access
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -2,7 +2,7 @@
 item 5): after every step, what search, the viewer and the download give each user is what the grants
 allow them now.
 
-The model is the product's documented rule (kb.access): a document's served text keeps the audience
+The model is the product's documented rule (kb.library.access): a document's served text keeps the audience
 it was indexed for, narrowed by every later change of grants; a re-upload's audience waits (pending)
 until its text is indexed; the stored file, already the newest, goes to readers of both. Racing steps
 run an upload in a second connection while a folder's access change is open in the first, as a request
@@ -28,9 +28,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from accounts.acl import EVERYONE, principals_common
-from kb.ingest.pipeline import ingest
-from kb.models import Document, Folder
-from kb.services import document_set_access, document_upload, folder_set_access
+from kb.library.ingest.pipeline import ingest
+from kb.library.models import Document, Folder
+from kb.library.services import document_set_access, document_upload, folder_set_access
 from search.retrieval import hybrid_search
 
 USERS = ("alice", "bob", "carol")  # engineering, finance, nobody (tests.conftest.people)
@@ -95,7 +95,7 @@ class RacingAccessMachine(RuleBasedStateMachine):
         return self.folder_grants[slot.home] if slot.inherit else slot.grants
 
     def _sync(self, slot: Slot) -> None:
-        """kb.access.document_sync_acl: a change of grants narrows a pending document's served audience."""
+        """kb.library.access.document_sync_acl: a change of grants narrows a pending document's served audience."""
         grants = self._grants(slot)
         if slot.pending is None:
             slot.served = grants

@@ -11,9 +11,9 @@ from django.test import Client
 from accounts.tokens import token_authenticate, token_create
 from chat.models import Message
 from chat.services import answer_produce, question_ask
-from kb.access import visible_documents
-from kb.models import Chunk, Document, Folder
-from kb.services import folder_set_access
+from kb.library.access import visible_documents
+from kb.library.models import Chunk, Document, Folder
+from kb.library.services import folder_set_access
 from tests.chat.conftest import VAULT, VAULT_QUESTION
 from tests.factories import ingested_document
 

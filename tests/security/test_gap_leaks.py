@@ -17,7 +17,7 @@ import pytest
 from django.test import Client
 
 from chat.gaps import may_view_gaps
-from kb.models import Chunk, Folder
+from kb.library.models import Chunk, Folder
 from tests.chat.test_gaps import grant_gaps
 from tests.security.conftest import signed_in
 from tests.security.fortress import ATTACKERS, Probes, Restricted, build, people_and_access

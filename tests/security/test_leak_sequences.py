@@ -23,9 +23,9 @@ from accounts.websocket import CLOSE_UNAUTHENTICATED
 from chat.models import Conversation, Message
 from chat.selectors import conversation_messages, message_views
 from chat.services import answer_produce, question_ask
-from kb.ingest.pipeline import ingest
-from kb.models import Document
-from kb.services import document_delete, document_set_access, document_upload
+from kb.library.ingest.pipeline import ingest
+from kb.library.models import Document
+from kb.library.services import document_delete, document_set_access, document_upload
 from search.retrieval import hybrid_search
 from tests.chat.conftest import VAULT, VAULT_QUESTION
 from tests.chat.openai_stub import StubOpenAI

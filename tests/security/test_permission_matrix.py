@@ -34,7 +34,7 @@ from accounts.models import ApiToken, OidcIdentity
 from accounts.tokens import token_create
 from chat.models import Citation, Feedback, Message, ReviewAccess, ReviewGrant
 from chat.services import answer_produce, feedback_add, question_ask
-from kb.models import Chunk, Document, Folder, Source
+from kb.library.models import Chunk, Document, Folder, Source
 from tests.conftest import OUTPUT
 from tests.security.fortress import Restricted, build
 from tests.security.matrix import (

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from kb.ingest.pipeline import ingest
-from kb.models import Chunk, Document
-from kb.services import document_upload
+from kb.library.ingest.pipeline import ingest
+from kb.library.models import Chunk, Document
+from kb.library.services import document_upload
 from search.retrieval import hybrid_search
 
 PAY_V1 = "# Pay bands\n\n## Grade seven\n\nThe grade seven salary band tops out at 91,250 kroner, approved by HR.\n"

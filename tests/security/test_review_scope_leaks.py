@@ -22,7 +22,7 @@ from django.test import Client
 from chat.consumers import CLOSE_FORBIDDEN
 from chat.models import Feedback, Judgement, Message, ReviewAccess, ReviewGrant
 from chat.selectors import is_withheld, withheld_from_reviewer
-from kb.models import Folder
+from kb.library.models import Folder
 from tests.security.conftest import signed_in
 from tests.security.fortress import Probes, Restricted, build, people_and_access
 from tests.security.test_leak_suite import admin_pages, ask, readers_ask, replay

@@ -18,9 +18,9 @@ from django.db import connection
 from django.test import Client
 
 from chat.models import Citation
-from kb.models import Document, Folder, Source
-from kb.services import folder_set_access
-from kb.sources.sync import source_sync
+from kb.library.models import Document, Folder, Source
+from kb.library.services import folder_set_access
+from kb.library.sources.sync import source_sync
 from search.retrieval import hybrid_search
 from tests.kb.test_sources import commit, git
 from tests.security.conftest import signed_in

@@ -15,9 +15,9 @@ from accounts.models import OidcIdentity
 from accounts.tokens import token_create
 from chat.models import Citation, Feedback, Message
 from chat.services import answer_produce, question_ask
-from kb.access import visible_documents
-from kb.models import Folder
-from kb.services import folder_set_access
+from kb.library.access import visible_documents
+from kb.library.models import Folder
+from kb.library.services import folder_set_access
 from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS, VAULT, VAULT_QUESTION
 from tests.factories import ingested_document, uploaded_document
 

@@ -1,6 +1,6 @@
 """Issue 28 items 1 and 10: the documents and folders API for staff holding only some Django permissions.
 
-The rule (kb.access.staff_may): a change needs the model permission for that action and read
+The rule (kb.library.access.staff_may): a change needs the model permission for that action and read
 access to the object; only superusers manage what they cannot read. What staff cannot read they
 cannot see either: no restricted folder listed, no grants of a folder they may not read.
 And a re-upload waiting to be indexed does not show its new file's hash to the old audience.
@@ -15,8 +15,8 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from kb.models import Document, Folder
-from kb.services import document_upload, folder_create
+from kb.library.models import Document, Folder
+from kb.library.services import document_upload, folder_create
 
 GUESS = b"# Pay\n\nThe new pay scale starts at 7,300.\n"
 

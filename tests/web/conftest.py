@@ -34,8 +34,8 @@ window.addEventListener("error", function (e) { window.__kb.errors.push(String(e
 @pytest.fixture
 def library_docs(people: dict[str, Any]) -> dict[str, Any]:
     """A public folder and a finance-only folder, one ready document in each."""
-    from kb.models import Folder
-    from kb.services import folder_set_access
+    from kb.library.models import Folder
+    from kb.library.services import folder_set_access
 
     everyone = Folder.objects.create(name="everyone")
     finance = Folder.objects.create(name="finance")

@@ -60,8 +60,8 @@ def worker(transactional_db: None) -> Iterator[Any]:
 
 @pytest.fixture
 def handbook(people: dict[str, Any]) -> Any:
-    from kb.models import Folder
-    from kb.services import folder_set_access
+    from kb.library.models import Folder
+    from kb.library.services import folder_set_access
 
     folder = Folder.objects.create(name="Handbook")
     folder_set_access(folder=folder, public=True)
@@ -70,7 +70,7 @@ def handbook(people: dict[str, Any]) -> Any:
 
 def add_in_admin(page: Any, repository: Path) -> Any:
     """Admin → Sources → Add: the form an admin fills for a Git source."""
-    from kb.models import Source
+    from kb.library.models import Source
 
     page.goto("/admin/kb/source/")
     page.get_by_role("link", name="Add source").click()
@@ -106,7 +106,7 @@ def test_sync_now_in_the_admin_then_an_employee_finds_the_repositorys_sentence_w
     open_page: Any, people: dict[str, Any], handbook: Any, repository: Path, worker: Any
 ) -> None:
     from chat.models import Citation
-    from kb.models import Document, Source
+    from kb.library.models import Document, Source
 
     # Added as the admin's API does today; once the admin has its add form, `add_in_admin` replaces this.
     admin_client = signed_in(people["admin"])

@@ -69,8 +69,8 @@ def _file(name: str, data: bytes, mime: str) -> dict[str, str]:
 def test_an_admin_uploads_three_files_and_retries_the_broken_one(
     open_page: Any, people: dict[str, Any], celery_worker: Any
 ) -> None:
-    from kb.models import Document, Folder
-    from kb.services import folder_set_access
+    from kb.library.models import Document, Folder
+    from kb.library.services import folder_set_access
 
     handbook = Folder.objects.create(name="handbook")
     folder_set_access(folder=handbook, public=True)

@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from accounts.websocket import CLOSE_UNAUTHENTICATED
 from kb.asgi import application
-from kb.events import publish_document_status
-from kb.models import Document
+from kb.library.events import publish_document_status
+from kb.library.models import Document
 
 
 @pytest.fixture(autouse=True)
@@ -95,7 +95,7 @@ async def test_a_watched_document_is_polled_without_an_announcement(
 async def test_a_watch_list_is_cut_at_its_bound_before_any_query(
     people: dict[str, Any], library_docs: dict[str, Any]
 ) -> None:
-    from kb.consumers import MAX_WATCHED
+    from kb.library.consumers import MAX_WATCHED
 
     public = library_docs["public"]
     socket = await connect(people["carol"])

@@ -6,9 +6,9 @@ from html.parser import HTMLParser
 
 import pytest
 
-from kb.ingest import headings
-from kb.models import Document
-from kb.viewer import parse_range, render_document
+from kb.library.ingest import headings
+from kb.library.models import Document
+from kb.library.viewer import parse_range, render_document
 
 SAMPLE = """---
 title: Front matter stays text

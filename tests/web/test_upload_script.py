@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from accounts.tokens import token_create
-from kb.models import Document
+from kb.library.models import Document
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -12,7 +12,7 @@ from django.http import StreamingHttpResponse
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from kb.models import Document
+from kb.library.models import Document
 
 pytestmark = pytest.mark.django_db
 
@@ -189,7 +189,7 @@ def test_retry_requeues_a_failed_document_only(people: dict[str, Any], django_ca
 
 
 def test_status_rows_follow_the_acl(people: dict[str, Any], library_docs: dict[str, Any]) -> None:
-    from kb.selectors import document_status_rows
+    from kb.library.selectors import document_status_rows
 
     ids = [library_docs["public"].pk, library_docs["secret"].pk]
     assert [r["id"] for r in document_status_rows(user=people["carol"], ids=ids)] == [library_docs["public"].pk]
@@ -200,7 +200,7 @@ def test_status_rows_follow_the_acl(people: dict[str, Any], library_docs: dict[s
 def test_the_library_comes_a_page_at_a_time(
     people: dict[str, Any], library_docs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kb import views
+    from kb.library import views
 
     monkeypatch.setattr(views, "LIBRARY_PAGE", 1)
     bob = as_user(people["bob"])  # reads both documents: "Office guide", "Payroll secrets"

@@ -1,6 +1,0 @@
-from django.apps import AppConfig
-
-
-class KbConfig(AppConfig):
-    name = "kb"
-    verbose_name = "Knowledge base"

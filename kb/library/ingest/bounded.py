@@ -1,0 +1,228 @@
+"""Extraction in a child process with CPU-time and address-space limits.
+
+Parsers have worst cases nobody has found yet (docutils is quadratic on unclosed inline
+markup, a PDF page renders at any size): whatever a crafted file does to a reader, it does
+it in a child that `resource.setrlimit` stops, so that document fails with a reason and the
+worker goes on to the next. The child is a fresh interpreter (`subprocess`, not
+`multiprocessing`: the ingest worker's pool processes are daemonic and may not fork helpers
+that way), and it imports only the extraction code: no Django, no torch.
+
+The protocol is JSON lines on the child's stdout (a request line and the file's bytes go in on
+stdin), so the worker never unpickles anything a parser of a hostile file ran next to.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import IO, Any
+
+from kb.library.ingest.extract import Extracted, ExtractionError, Heading, Page, UnsupportedFile, display_name
+
+log = logging.getLogger(__name__)
+
+CPU_SETTING = "KB_EXTRACT_CPU_SECONDS"
+MEMORY_SETTING = "KB_EXTRACT_MEMORY_MB"
+_ROOT = Path(__file__).resolve().parents[3]
+# `python -m kb.library.ingest.bounded` would run kb/__init__.py, which imports Celery (0.35 s a
+# document); the child registers a bare `kb` package instead and imports only what it uses.
+_BOOT = (
+    "import sys, types; kb = types.ModuleType('kb'); kb.__path__ = [sys.argv[1]]; sys.modules['kb'] = kb; "
+    "from kb.library.ingest.bounded import child_main; child_main()"
+)
+
+
+def extract(
+    *, data: bytes, mime: str, filename: str, ocr: bool, ocr_max_pixels: int, cpu_seconds: int, memory_mb: int,
+    on_ocr_page: Callable[[int, int], None] | None = None,
+) -> Extracted:
+    """`kb.library.ingest.extract.extract` in a child limited to `cpu_seconds` of CPU (granted again for each
+    page read by OCR) and `memory_mb` of address space.
+
+    Raises what the reader raised (same class, same message), or ExtractionError naming the limit
+    the child ran into.
+    """
+    name = display_name(filename)
+    request = {"mime": mime, "filename": filename, "ocr": ocr, "ocr_max_pixels": ocr_max_pixels,
+               "cpu_seconds": cpu_seconds, "memory_mb": memory_mb, "size": len(data)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", _BOOT, str(_ROOT / "kb")], cwd=_ROOT, env=_child_env(),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        return _converse(child, request, data, name=name, cpu_seconds=cpu_seconds, memory_mb=memory_mb,
+                         on_ocr_page=on_ocr_page)
+    finally:  # also on the task's soft time limit: never leave a reader running
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        for stream in (child.stdin, child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _child_env() -> dict[str, str]:
+    # glibc gives each thread (ONNX Runtime starts one a core) its own 64 MB heap reservation,
+    # which counts against the address-space limit without ever being used.
+    return {**os.environ, "MALLOC_ARENA_MAX": "2"}
+
+
+def wall_seconds(cpu_seconds: int) -> float:
+    """A reader blocked without using CPU (or starved of it on a busy machine) is stopped by the clock."""
+    return 3 * cpu_seconds + 10
+
+
+def _converse(child: subprocess.Popen[bytes], request: dict[str, Any], data: bytes, *, name: str, cpu_seconds: int,
+              memory_mb: int, on_ocr_page: Callable[[int, int], None] | None) -> Extracted:
+    assert child.stdin is not None and child.stdout is not None and child.stderr is not None  # noqa: S101
+    try:
+        child.stdin.write(json.dumps(request).encode() + b"\n")
+        child.stdin.write(data)
+        child.stdin.close()
+    except BrokenPipeError:
+        pass  # the child died before reading it all: its exit status says why
+    deadline = time.monotonic() + wall_seconds(cpu_seconds)
+    answer: dict[str, Any] | None = None
+    out, err = bytearray(), bytearray()
+    with selectors.DefaultSelector() as selector:
+        selector.register(child.stdout, selectors.EVENT_READ, out)
+        selector.register(child.stderr, selectors.EVENT_READ, err)
+        while selector.get_map() and answer is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ExtractionError(f"{name}: took longer than {wall_seconds(cpu_seconds):.0f} s to read "
+                                      f"(by the clock; {CPU_SETTING} is {cpu_seconds})")
+            for key, _ in selector.select(timeout=min(left, 1.0)):
+                chunk = os.read(key.fd, 1 << 20)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                elif key.data is err:
+                    err.extend(chunk)
+                    del err[:-8192]  # the reader's stray output: only its end is worth logging
+                else:
+                    out.extend(chunk)
+                    while b"\n" in chunk and b"\n" in out and answer is None:  # an answer may come in many chunks
+                        line, _, rest = bytes(out).partition(b"\n")
+                        out[:] = rest
+                        message = json.loads(line)
+                        if "progress" in message:
+                            if on_ocr_page is not None:
+                                on_ocr_page(*message["progress"])
+                            deadline = time.monotonic() + wall_seconds(cpu_seconds)
+                        else:
+                            answer = message
+    if answer is None:
+        child.wait()
+        raise _died(child.returncode, name=name, cpu_seconds=cpu_seconds, memory_mb=memory_mb, stderr=bytes(err))
+    return _answer(answer, name=name, memory_mb=memory_mb)
+
+
+def _died(code: int, *, name: str, cpu_seconds: int, memory_mb: int, stderr: bytes) -> ExtractionError:
+    """Why a child ended without an answer, in the words an admin needs."""
+    log.warning("extraction of %s ended with status %s: %s", name, code, stderr.decode(errors="replace")[-2000:])
+    if code == -signal.SIGXCPU:  # RLIMIT_CPU's soft limit
+        return ExtractionError(f"{name}: took longer than {cpu_seconds} s to read ({CPU_SETTING})")
+    if code < 0:  # C code under RLIMIT_AS aborts on a failed allocation; SIGKILL: the system's OOM killer
+        return ExtractionError(f"{name}: the reader crashed ({signal.Signals(-code).name}); "
+                               f"it may have needed more than {memory_mb} MB ({MEMORY_SETTING})")
+    return ExtractionError(f"{name}: the reader exited with status {code} without an answer")
+
+
+def _answer(answer: dict[str, Any], *, name: str, memory_mb: int) -> Extracted:
+    if "extracted" in answer:
+        found = answer["extracted"]
+        return Extracted(
+            text=found["text"], headings=tuple(Heading(**h) for h in found["headings"]),
+            pages=tuple(Page(**p) for p in found["pages"]), warnings=tuple(found["warnings"]), title=found["title"],
+        )
+    kind, message = answer["error"], answer["message"]
+    if kind == "memory":
+        raise ExtractionError(f"{name}: needed more than {memory_mb} MB to read ({MEMORY_SETTING})")
+    if kind == "UnsupportedFile":
+        raise UnsupportedFile(message)
+    if kind == "ExtractionError":
+        raise ExtractionError(message)
+    log.error("extraction of %s failed in the child:\n%s", name, answer.get("traceback", ""))
+    raise ReaderFailed(message)
+
+
+class ReaderFailed(RuntimeError):
+    """A reader raised something unexpected in the child (a bug, not the file's fault)."""
+
+
+# --------------------------------------------------------------------------- the child
+
+
+def child_main() -> None:
+    """Read one request from stdin, extract under the limits, write the answer to stdout."""
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)  # a library's print() must not corrupt the protocol
+    stdin = sys.stdin.buffer
+    request = json.loads(stdin.readline())
+    cpu_seconds, memory_mb = int(request["cpu_seconds"]), int(request["memory_mb"])
+    signal.signal(signal.SIGXCPU, signal.SIG_DFL)  # a parent that ignored it must not keep the limit from acting
+    _limit_memory(memory_mb)
+    _grant_cpu(cpu_seconds)
+    data = stdin.read(int(request["size"]))
+
+    from kb.library.ingest import extract
+
+    def page_done(done: int, total: int) -> None:
+        _send(out, {"progress": [done, total]})
+        _grant_cpu(cpu_seconds)  # each page read by OCR gets the budget again
+
+    try:
+        found = extract.extract(data=data, mime=request["mime"], filename=request["filename"], ocr=request["ocr"],
+                                ocr_max_pixels=request["ocr_max_pixels"], on_ocr_page=page_done)
+        del data
+        answer: dict[str, Any] = {"extracted": asdict(found)}
+    except BaseException as exc:
+        answer = _error(exc)
+    _send(out, answer)
+
+
+def _error(exc: BaseException) -> dict[str, str]:
+    import traceback
+
+    cause: BaseException | None = exc
+    while cause is not None:  # readers wrap what their library raised; a failed allocation anywhere is the limit
+        if isinstance(cause, MemoryError) or "std::bad_alloc" in str(cause):  # C++ libraries (ONNX Runtime) say so
+            return {"error": "memory", "message": ""}
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(exc, (ExtractionError, UnsupportedFile)):
+        return {"error": type(exc).__name__, "message": str(exc)}
+    return {"error": "internal", "message": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+
+
+def _send(out: IO[str], message: dict[str, Any]) -> None:
+    out.write(json.dumps(message) + "\n")
+    out.flush()
+
+
+def _limit_memory(megabytes: int) -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = megabytes * 2**20 if hard == resource.RLIM_INFINITY else min(megabytes * 2**20, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _grant_cpu(seconds: int) -> None:
+    """Move the soft CPU limit to `seconds` past what this process has used so far.
+
+    The hard limit stays where it was (usually unlimited), so the limit can be moved again;
+    SIGXCPU at the soft limit ends the process.
+    """
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    used = int(usage.ru_utime + usage.ru_stime) + 1
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = used + seconds if hard == resource.RLIM_INFINITY else min(used + seconds, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))

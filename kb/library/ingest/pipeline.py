@@ -1,0 +1,213 @@
+"""Extract → chunk → embed → index for one document, with a visible status at each stage.
+
+Chunks are written in one transaction at the end (indexing.replace_chunks), so a
+worker killed anywhere before that leaves the previous chunks (or none) searchable and
+the document retryable; it is never half-indexed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+from functools import partial
+
+import numpy as np
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.db.models import F, Q, QuerySet
+from django.utils import timezone
+
+from kb.library.events import publish_document_status
+from kb.library.ingest import bounded, chunking, classify, embedding, extract, headings, indexing
+from kb.library.ingest import pieces as pieces_format
+from kb.library.ingest.tokens import counting_time
+from kb.library.ingest.version import current_index_version
+from kb.library.models import Chunk, Document, filename_title
+
+log = logging.getLogger(__name__)
+
+RUNNING = (Document.Status.EXTRACTING, Document.Status.CHUNKING, Document.Status.EMBEDDING)
+# Timed stages, in pipeline order (Document.stage_seconds; "tokens" is the token counting done while chunking).
+STAGES = ("extract", "chunk", "tokens", "classify", "embed", "write")
+PROGRESS_EVERY = 128  # chunks per progress report while embedding (about 2 s of work here)
+
+
+class StageFailed(Exception):
+    """A document-specific failure; its message is shown to admins as the reason."""
+
+
+def abandoned() -> Q:
+    """Documents in a running stage for longer than the lease: their worker died."""
+    lease = timezone.now() - timedelta(seconds=settings.KB_INGEST_LEASE_SECONDS)
+    return Q(status__in=RUNNING, updated_at__lt=lease)
+
+
+def _claim(document_id: int) -> bool:
+    """Take the document for this worker. False when another worker holds it or it is done."""
+    claimable = Q(status__in=[Document.Status.QUEUED, Document.Status.FAILED]) | abandoned()
+    return bool(
+        Document.objects.filter(claimable, pk=document_id).update(
+            status=Document.Status.EXTRACTING,
+            attempts=F("attempts") + 1,
+            failed_stage="",
+            failure_reason="",
+            updated_at=timezone.now(),
+        )
+    )
+
+
+def _current(document_id: int, version: int) -> QuerySet[Document]:
+    """The row while it is still the version this run works on: every status write goes
+    through it, so a run overtaken by a newer upload writes nothing (0 rows)."""
+    return Document.objects.filter(pk=document_id, version=version)
+
+
+def _enter(document_id: int, version: int, status: str) -> None:
+    _current(document_id, version).update(status=status, updated_at=timezone.now())
+    publish_document_status(document_id)
+
+
+def _status(document_id: int) -> str:
+    return str(Document.objects.filter(pk=document_id).values_list("status", flat=True).first() or "missing")
+
+
+def ingest(document_id: int) -> str:
+    """Index one document; returns its final status. Safe to call twice (the second call is a no-op)."""
+    if not _claim(document_id):
+        return _status(document_id)
+    publish_document_status(document_id)
+    # The file and the version come from one read of the row, so they always belong together.
+    document = Document.objects.get(pk=document_id)
+    version = document.version
+    stage = Document.Status.EXTRACTING
+    clock = _Stopwatch()
+    try:
+        with document.file.open("rb") as handle:
+            data = handle.read()
+        extracted = bounded.extract(
+            data=data, mime=document.mime_type, filename=document.filename, ocr=settings.KB_OCR_ENABLED,
+            ocr_max_pixels=settings.KB_OCR_MAX_PIXELS, cpu_seconds=settings.KB_EXTRACT_CPU_SECONDS,
+            memory_mb=settings.KB_EXTRACT_MEMORY_MB, on_ocr_page=partial(_ocr_progress, document_id, version),
+        )
+        del data
+        if len(extracted.text) > extract.MAX_TEXT_CHARS:
+            raise StageFailed(f"the text is {len(extracted.text):,} characters long; at most "
+                              f"{extract.MAX_TEXT_CHARS:,} are indexed (split the document)")
+        if not extracted.text.strip():
+            raise StageFailed("no text could be extracted" + (f" ({'; '.join(extracted.warnings)})" if extracted.warnings else ""))
+        title = document.title or extracted.title or filename_title(document.filename)
+        shown_headings = headings.locate(text=extracted.text, mime=document.mime_type)
+        clock.lap("extract")
+
+        stage = Document.Status.CHUNKING
+        _enter(document_id, version, stage)
+        with counting_time() as counting:
+            drafts = chunking.split(extracted, title=title)
+        clock.lap("chunk", within={"tokens": counting[0]})
+        if not drafts:
+            raise StageFailed("the document has no text to index")
+        default = document.audience_default or None
+        audiences = [classify.classify_chunk(text=draft.text, default=default) for draft in drafts]
+        clock.lap("classify")
+
+        stage = Document.Status.EMBEDDING
+        texts = [draft.text for draft in drafts]
+        kept = _previous_vectors(document, set(texts))
+        todo = sorted({text for text in texts if text not in kept})
+        _current(document_id, version).update(progress_done=0, progress_total=len(todo))
+        _enter(document_id, version, stage)
+        if todo:
+            fresh = zip(todo, *_embed_with_progress(document_id, version, todo), strict=True)
+            kept.update((text, (vector, piece_vectors, ids)) for text, vector, piece_vectors, ids in fresh)
+        vectors = np.stack([kept[text][0] for text in texts])
+        pieces, piece_ids = [kept[text][1] for text in texts], [kept[text][2] for text in texts]
+        clock.lap("embed")
+
+        indexing.replace_chunks(
+            document=document, title=title, extracted=extracted, headings=shown_headings, drafts=drafts,
+            audiences=audiences, vectors=vectors, version=version, pieces=pieces, piece_ids=piece_ids,
+        )
+        clock.lap("write")
+        _current(document_id, version).update(stage_seconds=clock.seconds, chunks_reused=len(texts) - len(todo))
+        publish_document_status(document_id)
+        return Document.Status.READY
+    except indexing.Superseded:
+        log.info("document %s was uploaded again while version %s was indexed; that run was dropped", document_id, version)
+        return _status(document_id)
+    except (extract.ExtractionError, extract.UnsupportedFile, StageFailed) as exc:
+        _fail(document_id, version, stage, str(exc))
+    except SoftTimeLimitExceeded:
+        _fail(document_id, version, stage, f"took longer than {settings.KB_INGEST_TIME_LIMIT} s (KB_INGEST_TIME_LIMIT)")
+    except FileNotFoundError:
+        _fail(document_id, version, stage, "the stored file is missing; upload it again")
+    except Exception as exc:  # one bad document must never stop the others: record and go on
+        log.exception("ingesting document %s failed in %s", document_id, stage)
+        _fail(document_id, version, stage, f"internal error: {type(exc).__name__}: {exc}")
+    return _status(document_id)
+
+
+def _ocr_progress(document_id: int, version: int, done: int, total: int) -> None:
+    """A long scan must not look abandoned: each OCR page renews the lease and shows n/m."""
+    _current(document_id, version).update(progress_done=done, progress_total=total, updated_at=timezone.now())
+    publish_document_status(document_id)
+
+
+class _Stopwatch:
+    """Seconds per stage, stored on the document: where a slow document's time went, visible in the admin."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, stage: str, within: dict[str, float] | None = None) -> None:
+        """Close `stage`; `within` names parts of it measured separately (they are subtracted from it)."""
+        now = time.perf_counter()
+        parts = within or {}
+        self.seconds[stage] = round(now - self._last - sum(parts.values()), 3)
+        self.seconds.update({name: round(value, 3) for name, value in parts.items()})
+        self._last = now
+
+
+def _embed_with_progress(document_id: int, version: int,
+                         texts: list[str]) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    """Embed in slices, reporting `progress_done` after each so the library can show n/m.
+
+    Returns each text's vector, its word-piece vectors (for late interaction) and their ids, from the same pass."""
+    parts, pieces, ids = [], [], []
+    for start in range(0, len(texts), PROGRESS_EVERY):
+        vectors, slice_pieces, slice_ids = embedding.embed_with_pieces(texts[start : start + PROGRESS_EVERY])
+        parts.append(vectors)
+        pieces.extend(slice_pieces)
+        ids.extend(slice_ids)
+        _current(document_id, version).update(
+            progress_done=min(start + PROGRESS_EVERY, len(texts)), updated_at=timezone.now()
+        )
+        publish_document_status(document_id)
+    return np.concatenate(parts), pieces, ids
+
+
+def _previous_vectors(document: Document, texts: set[str]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The stored vectors of the version being replaced, by chunk text, for the texts wanted again: a chunk
+    whose text did not change keeps them (editing one paragraph re-embeds a few chunks, not the manual).
+    Only from an index built by the running model and word-piece format, and only chunks with piece ids."""
+    stamp = current_index_version()
+    if (document.embedding_model, document.embedding_dimensions, document.late_version) != (
+        stamp.embedding_model, stamp.embedding_dimensions, stamp.late_version
+    ):
+        return {}
+    kept = {}
+    old = Chunk.objects.filter(document_id=document.pk)
+    wanted = {pk for pk, text in old.values_list("pk", "text") if text in texts}
+    for text, vector, late, ids in old.filter(pk__in=wanted).values_list("text", "embedding", "late_vectors", "piece_ids"):
+        if late is not None and ids:
+            kept[text] = (np.asarray(vector, dtype=np.float32), pieces_format.unpack(late, stamp.embedding_dimensions),
+                          np.asarray(pieces_format.unpack_ids(ids), dtype=np.int32))
+    return kept
+
+
+def _fail(document_id: int, version: int, stage: str, reason: str) -> None:
+    _current(document_id, version).update(
+        status=Document.Status.FAILED, failed_stage=stage, failure_reason=reason[:2000], updated_at=timezone.now()
+    )
+    publish_document_status(document_id)

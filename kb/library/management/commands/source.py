@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from kb.library.models import Source
+from kb.library.sources.services import SourceRejected, parse_every, source_create, source_remove
+from kb.library.sources.sync import SourceBusy
+
+
+def _every(value: str) -> int:
+    try:
+        return parse_every(value)
+    except SourceRejected as exc:
+        raise CommandError(str(exc)) from None
+
+
+class Command(BaseCommand):
+    help = "Add, list or remove the sources kept in sync with KB folders (docs/SOURCES.md); `manage.py sync` runs one."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True)
+        add = actions.add_parser("add", help="Add a source filling an existing KB folder")
+        add.add_argument("name")
+        add.add_argument("--kind", required=True, choices=Source.Kind.values)
+        add.add_argument("--location", required=True, help="A directory on the server, or a repository URL")
+        add.add_argument("--folder", required=True, help="The KB folder it fills; its documents take its access")
+        add.add_argument("--branch", default="", help="Git: the branch (default: the repository's default branch)")
+        add.add_argument("--path", default="", help="Only this sub-path of the source")
+        add.add_argument("--include", nargs="+", action="extend", default=[], metavar="GLOB",
+                         help="Only paths matching one of these globs (on the path from the source's root)")
+        add.add_argument("--exclude", nargs="+", action="extend", default=[], metavar="GLOB",
+                         help="Leave out paths matching one of these globs")
+        add.add_argument("--every", type=_every, default=None, help="Schedule: 15m, 2h, 1d… (default: by hand)")
+        actions.add_parser("list", help="The sources and their last run")
+        remove = actions.add_parser("remove", help="Remove a source and its documents")
+        remove.add_argument("name")
+        remove.add_argument("--keep-documents", action="store_true",
+                            help="Keep its documents in the folder as ordinary documents")
+
+    def handle(self, *args: Any, action: str, **options: Any) -> str:
+        if action == "add":
+            return self._add(**options)
+        if action == "list":
+            return self._list()
+        return self._remove(options["name"], keep_documents=options["keep_documents"])
+
+    def _add(self, *, name: str, kind: str, location: str, folder: str, branch: str, path: str, include: list[str],
+             exclude: list[str], every: int | None, **_: Any) -> str:
+        try:
+            source = source_create(name=name, kind=kind, location=location, folder_name=folder, branch=branch,
+                                   path=path, include=include, exclude=exclude, every=every)
+        except SourceRejected as exc:
+            raise CommandError(str(exc)) from None
+        return f"added source {source.name!r} ({source.kind}) filling folder {source.folder.name!r}; run `manage.py sync {source.name}`"
+
+    def _list(self) -> str:
+        lines = []
+        for source in Source.objects.select_related("folder"):
+            schedule = f"every {source.every}s" if source.every else "by hand"
+            last = source.last_status or "never run"
+            success = source.last_success_at.isoformat(timespec="seconds") if source.last_success_at else "never"
+            lines.append(
+                f"{source.name}\t{source.kind}\t{source.location}\tfolder={source.folder.name}\t{schedule}\t"
+                f"last={last}\tlast_success={success}\tlisted={source.last_listed} changed={source.last_changed} "
+                f"new={source.last_new} deleted={source.last_deleted} failed={source.last_failed}\t"
+                f"documents={source.documents.count()}" + (f"\treason={source.last_reason}" if source.last_reason else "")
+            )
+        return "\n".join(lines) or "no sources"
+
+    def _remove(self, name: str, *, keep_documents: bool) -> str:
+        source = Source.objects.filter(name=name).first()
+        if source is None:
+            raise CommandError(f"no source named {name!r}")
+        try:
+            deleted = source_remove(source=source, keep_documents=keep_documents)
+        except SourceBusy as exc:
+            raise CommandError(str(exc)) from None
+        kept = "its documents were kept" if keep_documents else f"{deleted} document(s) deleted"
+        return f"removed source {name!r}; {kept}"

@@ -1,0 +1,151 @@
+"""Adding and removing sources (the operator's writes); their runs are kb.library.sources.sync."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import transaction
+
+from kb.library.models import Folder, Source
+from kb.library.services import document_delete
+from kb.library.sources import git, site
+from kb.library.sources.listing import ListingError, sub_path
+from kb.library.sources.secrets import secret_setting, secret_setting_set
+from kb.library.sources.sync import SourceBusy, source_lock
+
+_DURATION = re.compile(r"^(\d+)\s*([smhd]?)$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+MIN_EVERY = 60  # seconds: a schedule tighter than this would mostly list an unchanged source
+
+
+class SourceRejected(ValueError):
+    """A source that cannot be added as asked; the message says why."""
+
+
+def parse_every(value: str) -> int:
+    """Seconds of a schedule written as 90s, 15m, 2h, 1d or plain seconds."""
+    match = _DURATION.match(value.strip().lower())
+    if match is None:
+        raise SourceRejected(f"{value!r}: write the interval as 90s, 15m, 2h or 1d")
+    seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds < MIN_EVERY:
+        raise SourceRejected(f"{value!r}: the shortest schedule is {MIN_EVERY} s")
+    return seconds
+
+
+class SourceNameTaken(SourceRejected):
+    """Another source has the name already (names are unique, case aside)."""
+
+
+def _checked(*, name: str, kind: str, location: str, path: str, shrink_guard: float, exclude_pk: int | None = None
+             ) -> tuple[str, str, str]:
+    """The rules a source's settings obey, whether added or changed: (name, location, sub-path) cleaned."""
+    name = name.strip()
+    if not name:
+        raise SourceRejected("a source needs a name")
+    others = Source.objects.exclude(pk=exclude_pk) if exclude_pk is not None else Source.objects.all()
+    if others.filter(name__iexact=name).exists():
+        raise SourceNameTaken(f"a source named {name!r} already exists")
+    if kind not in Source.Kind.values:
+        raise SourceRejected(f"{kind!r}: the kinds are {', '.join(Source.Kind.values)}")
+    try:
+        clean_path = sub_path(path)
+        if kind == Source.Kind.GIT:
+            git.location_check(location)
+        elif kind == Source.Kind.SITE:
+            site.location_check(location)
+    except ListingError as exc:
+        raise SourceRejected(str(exc)) from None
+    if kind == Source.Kind.FOLDER and not location.startswith("/"):
+        raise SourceRejected(f"{location!r}: a folder source needs an absolute path on the server")
+    if not 0 <= shrink_guard <= 1:
+        raise SourceRejected(f"{shrink_guard}: the shrink guard is a share of the documents, from 0 to 1")
+    return name, location.strip(), clean_path
+
+
+def source_check(*, name: str, kind: str, location: str, folder_name: str, path: str = "", shrink_guard: float = 0.5,
+                 operator: bool = True) -> tuple[str, str, str, Folder]:
+    """Whether a source may be added as asked (SourceRejected says why): (name, location, sub-path) cleaned
+    and its folder. The folder must exist already: its access, set deliberately, is what the source's
+    documents get. Only an operator (`manage.py source add`, not the API or the admin) adds a source whose
+    name has a token setting: the setting's token would go to whatever location the adder gave."""
+    name, location, clean_path = _checked(name=name, kind=kind, location=location, path=path, shrink_guard=shrink_guard)
+    if not operator and secret_setting_set(name):
+        raise SourceRejected(f"{secret_setting(name)} is set on the server for a source of this name: only an operator "
+                             "adds it (manage.py source add)")
+    folder = Folder.objects.filter(name=folder_name).first()
+    if folder is None:
+        raise SourceRejected(f"no KB folder named {folder_name!r}: create it first, with the access its documents should have")
+    return name, location, clean_path, folder
+
+
+@transaction.atomic
+def source_create(*, name: str, kind: str, location: str, folder_name: str, branch: str = "", path: str = "",
+                  include: Sequence[str] = (), exclude: Sequence[str] = (), every: int | None = None,
+                  shrink_guard: float = 0.5, secret: str = "", operator: bool = True) -> Source:
+    """A new source filling an existing folder, under the rules of `source_check`. `secret` is its token or
+    password (kb.library.sources.secrets)."""
+    name, location, clean_path, folder = source_check(name=name, kind=kind, location=location, folder_name=folder_name,
+                                                      path=path, shrink_guard=shrink_guard, operator=operator)
+    return Source.objects.create(name=name, kind=kind, location=location, folder=folder, branch=branch.strip(),
+                                 path=clean_path, include=list(include), exclude=list(exclude), every=every,
+                                 shrink_guard=shrink_guard, secret=secret)
+
+
+EDITABLE = ("name", "location", "branch", "path", "include", "exclude", "every", "shrink_guard")
+
+
+@transaction.atomic
+def source_change(*, source: Source, **changes: Any) -> Source:
+    """Change a source's settings (any of EDITABLE) under the rules of `source_create`. Its kind and folder
+    stay: its documents' access comes from that folder. The next run lists what the new settings select
+    (the shrink guard holds a run that would delete too much). `secret` replaces the stored one ("" clears it);
+    a new location drops it unless it is given again, so a secret is never sent to a place it was not meant for."""
+    secret = changes.pop("secret", None)
+    unknown = set(changes) - set(EDITABLE)
+    if unknown:
+        raise SourceRejected(f"{', '.join(sorted(unknown))}: cannot be changed (only {', '.join(EDITABLE)})")
+    merged = {field: changes.get(field, getattr(source, field)) for field in EDITABLE}
+    if merged["every"] is not None and merged["every"] < MIN_EVERY:
+        raise SourceRejected(f"{merged['every']} s: the shortest schedule is {MIN_EVERY} s")
+    merged["name"], merged["location"], merged["path"] = _checked(
+        name=merged["name"], kind=source.kind, location=merged["location"], path=merged["path"],
+        shrink_guard=merged["shrink_guard"], exclude_pk=source.pk)
+    merged["branch"] = merged["branch"].strip()
+    merged["include"], merged["exclude"] = list(merged["include"]), list(merged["exclude"])
+    moved = merged["location"] != source.location
+    # The operator's token setting is bound to the source's name and location as the operator knows them.
+    if (moved and secret_setting_set(source.name)) or (
+            merged["name"].lower() != source.name.lower() and secret_setting_set(merged["name"])):
+        raise SourceRejected(f"{secret_setting(source.name if moved else merged['name'])} holds a token on the server: "
+                             "its location and name change only while it is unset (then set it again)")
+    if secret is None and moved:
+        secret = ""
+    for field, value in merged.items():
+        setattr(source, field, value)
+    if secret is not None:
+        source.secret = secret
+    source.save(update_fields=[*EDITABLE, *(["secret"] if secret is not None else [])])
+    return source
+
+
+def source_remove(*, source: Source, keep_documents: bool = False) -> int:
+    """Remove a source and, unless kept, its documents (through kb.library.services); returns how many were deleted.
+    Kept documents stay in the folder as ordinary documents. Refused while a run of the source is under way."""
+    with source_lock(source.pk) as taken:
+        if not taken:
+            raise SourceBusy(f"{source.name}: a run of this source is under way; remove it when it ends")
+        deleted = 0
+        with transaction.atomic():
+            if not keep_documents:
+                for document in source.documents.all():
+                    document_delete(document=document)
+                    deleted += 1
+            source.documents.update(source=None, source_path="", source_etag="")
+            cache = git.cache_dir(source)
+            source.delete()
+        shutil.rmtree(cache, ignore_errors=True)
+        return deleted

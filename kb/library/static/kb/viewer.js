@@ -1,0 +1,153 @@
+/* Document viewer: highlight the cited range `#char=start,end` (offsets into the canonical
+ * text, counted in Unicode code points as Python counts them) and bring it into view.
+ * The article's textContent is exactly the canonical text (see kb/library/viewer.py), so offsets are
+ * found by walking its text nodes in order. `&page=N` (PDF sources) points the
+ * "Open PDF" link at that page of the original. */
+(function () {
+  "use strict";
+  var root = document.getElementById("doc-text");
+  if (!root) return;
+  var bar = document.getElementById("passage-bar");
+  var label = document.getElementById("passage-label");
+  var jump = document.getElementById("passage-jump");
+  var pdfLink = document.getElementById("pdf-link");
+  var length = parseInt(root.getAttribute("data-length") || "0", 10);
+
+  function isHigh(code) { return code >= 0xd800 && code <= 0xdbff; }
+  function isLow(code) { return code >= 0xdc00 && code <= 0xdfff; }
+
+  // Code points in s (a surrogate pair is one character, as in Python).
+  function cpLength(s) {
+    var n = 0;
+    for (var i = 0; i < s.length; i++) {
+      if (isHigh(s.charCodeAt(i)) && i + 1 < s.length && isLow(s.charCodeAt(i + 1))) i++;
+      n++;
+    }
+    return n;
+  }
+
+  // UTF-16 index of the code point at position cp of s.
+  function unitIndex(s, cp) {
+    var i = 0;
+    for (var n = 0; n < cp && i < s.length; n++) {
+      i += isHigh(s.charCodeAt(i)) && i + 1 < s.length && isLow(s.charCodeAt(i + 1)) ? 2 : 1;
+    }
+    return i;
+  }
+
+  function parseHash() {
+    var params = {};
+    location.hash.replace(/^#/, "").split("&").forEach(function (pair) {
+      var eq = pair.indexOf("=");
+      if (eq > 0) {
+        try { params[decodeURIComponent(pair.slice(0, eq))] = decodeURIComponent(pair.slice(eq + 1)); } catch (e) { /* ignore */ }
+      }
+    });
+    var m = /^(\d+),(\d+)$/.exec(params["char"] || "");
+    var range = m ? [parseInt(m[1], 10), parseInt(m[2], 10)] : null;
+    if (range && !(range[0] < range[1] && range[1] <= length)) range = null;
+    var page = /^\d+$/.test(params.page || "") ? parseInt(params.page, 10) : null;
+    return { range: range, page: page };
+  }
+
+  function clearMarks() {
+    var marks = root.querySelectorAll("mark.hl");
+    for (var i = 0; i < marks.length; i++) {
+      var mark = marks[i], parent = mark.parentNode;
+      while (mark.firstChild) parent.insertBefore(mark.firstChild, mark);
+      parent.removeChild(mark);
+      parent.normalize();
+    }
+  }
+
+  function markRange(a, b) {
+    var walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    var pos = 0, hits = [], node;
+    while ((node = walker.nextNode())) {
+      var start = pos, end = pos + cpLength(node.data);
+      pos = end;
+      if (end <= a) continue;
+      if (start >= b) break;
+      hits.push([node, Math.max(a, start) - start, Math.min(b, end) - start]);
+    }
+    hits.forEach(function (hit) {
+      var text = hit[0], from = unitIndex(text.data, hit[1]), to = unitIndex(text.data, hit[2]);
+      if (from > 0) text = text.splitText(from);
+      if (to - from < text.data.length) text.splitText(to - from);
+      var mark = document.createElement("mark");
+      mark.className = "hl";
+      text.parentNode.insertBefore(mark, text);
+      mark.appendChild(text);
+    });
+  }
+
+  function visibleMarks() {
+    return Array.prototype.filter.call(root.querySelectorAll("mark.hl"), function (m) {
+      return m.getClientRects().length > 0;
+    });
+  }
+
+  function reveal(smooth) {
+    var marks = visibleMarks();
+    if (!marks.length) return;
+    marks[0].classList.add("hl-first");
+    marks[0].scrollIntoView({ block: "center", behavior: smooth ? "smooth" : "auto" });
+  }
+
+  function pageOf(mark) {
+    var section = mark && mark.closest("section[data-page]");
+    return section ? parseInt(section.getAttribute("data-page"), 10) : null;
+  }
+
+  function pointPdfLink(page) {
+    if (pdfLink && page) {
+      pdfLink.href = pdfLink.getAttribute("data-base") + "#page=" + page;
+      pdfLink.textContent = "Open PDF at page " + page;
+    }
+  }
+
+  function apply(smooth) {
+    var target = parseHash();
+    if (target.range) {
+      clearMarks();
+      markRange(target.range[0], target.range[1]);
+    } else if (target.page) {
+      clearMarks();
+      if (bar) bar.hidden = true;
+    }
+    var marks = root.querySelectorAll("mark.hl");
+    if (!marks.length) {
+      // `#page=N` alone (a PDF page locator): go to that page of the text.
+      var section = target.page && document.getElementById("page-" + target.page);
+      if (section) {
+        pointPdfLink(target.page);
+        section.scrollIntoView({ block: "start", behavior: smooth ? "smooth" : "auto" });
+      }
+      return;
+    }
+    var page = target.page || pageOf(marks[0]);
+    // A passage may run on across a page break: name both pages then.
+    var last = pageOf(marks[marks.length - 1]);
+    var where = !page ? "" : last && last !== page ? " on pages " + page + "–" + last : " on page " + page;
+    if (bar) {
+      bar.hidden = false;
+      label.textContent = "Showing the cited passage" + where + ".";
+    }
+    pointPdfLink(page);
+    reveal(smooth);
+  }
+
+  // Images load from elsewhere at display time; one that cannot be loaded leaves its caption.
+  Array.prototype.forEach.call(root.querySelectorAll(".doc-figure img"), function (img) {
+    function broken() { img.closest(".doc-figure").classList.add("is-broken"); }
+    if (img.complete && !img.naturalWidth) broken();
+    img.addEventListener("error", broken);
+  });
+
+  if (jump) jump.addEventListener("click", function () { reveal(true); });
+  window.addEventListener("hashchange", function () {
+    var target = parseHash();
+    if (target.range || target.page) apply(true);
+  });
+  apply(false);
+})();
