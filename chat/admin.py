@@ -22,7 +22,7 @@ from chat.models import Citation, Conversation, Feedback, Message, ReviewAccess,
 from chat.review_scope import access_log_csv, grantable_folders, grantable_groups, grants_manageable, reviewers
 from chat.selectors import messages_readable
 from kb.library.access import visible_documents
-from kb.library.admin import ReadableRowsMixin, StaffRuleMixin
+from kb.library.admin import ReadableRowsMixin, RecordAdminMixin, StaffRuleMixin
 
 
 def messages_manageable(user: Any) -> QuerySet[Message]:
@@ -251,7 +251,7 @@ _user_admin.inlines = (*_user_admin.inlines, ReviewGrantInline)
 
 
 @admin.register(ReviewAccess)
-class ReviewAccessAdmin(admin.ModelAdmin):
+class ReviewAccessAdmin(RecordAdminMixin, admin.ModelAdmin):
     """The review access log: superusers only, read-only; "Export as CSV" downloads the selected rows."""
 
     list_display = ("at", "reviewer_name", "answer", "surface", "grants")
@@ -266,15 +266,6 @@ class ReviewAccessAdmin(admin.ModelAdmin):
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return self.has_module_permission(request)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.action(description="Export as CSV", permissions=["view"])
     def export_csv(self, request: HttpRequest, queryset: QuerySet[ReviewAccess]) -> StreamingHttpResponse:

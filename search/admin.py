@@ -14,7 +14,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 from kb.library.access import staff_may
-from kb.library.admin import index_note_register
+from kb.library.admin import RecordAdminMixin, index_note_register
 from search import late, rerank
 from search.answerability import (
     AnswerabilityError,
@@ -30,7 +30,7 @@ index_note_register("late interaction", late.status)
 
 
 @admin.register(AnswerabilityModel)
-class AnswerabilityModelAdmin(admin.ModelAdmin):
+class AnswerabilityModelAdmin(RecordAdminMixin, admin.ModelAdmin):
     """Read-only rows: a refit stores a proposal (`calibrate --from-verdicts` or the button here), and only
     accepting and reverting change which one serves; both need search.accept_answerabilitymodel (or a superuser)."""
 
@@ -44,15 +44,6 @@ class AnswerabilityModelAdmin(admin.ModelAdmin):
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return staff_may(request.user, "search.view_answerabilitymodel") or may_accept(request.user)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="Signals")
     def signals(self, obj: AnswerabilityModel) -> str:

@@ -51,6 +51,20 @@ class ReadableRowsMixin:
         return self.readable_rows(request.user, queryset)
 
 
+class RecordAdminMixin:
+    """Rows that record what happened (an access log, a fitted model): listed and read, never added,
+    edited or deleted through the admin."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 class StaffRuleMixin(ReadableRowsMixin):
     """The staff rule on a model admin (kb.library.access.staff_may): viewing, adding, changing or deleting needs the
     Django model permission for it, and an object the user may read, which is one of the rows listed to them.
