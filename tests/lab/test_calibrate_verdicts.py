@@ -100,8 +100,10 @@ def test_a_refit_changes_nothing_until_accepted_and_a_revert_restores_the_previo
         result = hybrid_search(user=carol, query=question)
         assert result.signals is not None and probability == new.probability(result.signals)
         assert answered == (new.probability(result.signals) >= new.cutoff)
-    assert after != before
-    assert [a for a, _ in after] != [a for a, _ in before], "the new model decides some question differently"
+    # The refit weighs the signals differently: every probability moves. Whether a decision flips as well
+    # depends on what else the index holds (the lexeme statistics outlive a test), so it is not asserted;
+    # the exact comparisons below are of (decision, probability) and so catch a revert that is not exact.
+    assert all(p_after != p_before for (_, p_after), (_, p_before) in zip(after, before, strict=True))
 
     # Another process (a worker, the other web processes) reads the accepted model for its next question.
     code = ("from django.contrib.auth.models import User; from search.retrieval import hybrid_search; "
