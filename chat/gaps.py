@@ -12,8 +12,6 @@ documents) are never shown.
 
 from __future__ import annotations
 
-import csv
-import io
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,10 +25,10 @@ from django.contrib.auth.models import Group
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from pgvector.django import CosineDistance
-from sklearn.cluster import AgglomerativeClustering  # type: ignore[import-untyped]
 
 from accounts.acl import EVERYONE, group_principal, is_active_user, user_principal
 from chat.models import Judgement, Message
+from chat.spreadsheet import csv_lines
 from kb.library.access import visible_documents
 from kb.library.ingest import embedding
 from kb.library.models import EMBEDDING_DIMENSIONS, Chunk, Document
@@ -248,6 +246,9 @@ def _clusters(vectors: np.ndarray) -> list[np.ndarray]:
     if len(vectors) < 2:
         labels = np.zeros(len(vectors), dtype=int)
     else:
+        # Imported here: the web process loads this module with its URLs, and scikit-learn only for a report.
+        from sklearn.cluster import AgglomerativeClustering  # type: ignore[import-untyped]
+
         labels = AgglomerativeClustering(n_clusters=None, distance_threshold=TOPIC_DISTANCE, metric="cosine",
                                          linkage="average").fit_predict(vectors)
     clusters = [np.flatnonzero(labels == label) for label in np.unique(labels)]
@@ -379,12 +380,5 @@ def gaps_rows(report: Gaps) -> list[list[str]]:
     return rows
 
 
-def _cell(value: str) -> str:
-    """A cell a spreadsheet shows as text: a question may start like a formula (CSV injection)."""
-    return f"'{value}" if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
-
-
 def gaps_csv(report: Gaps) -> str:
-    out = io.StringIO()
-    csv.writer(out).writerows([[_cell(value) for value in row] for row in gaps_rows(report)])
-    return out.getvalue()
+    return "".join(csv_lines(gaps_rows(report)))

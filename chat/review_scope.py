@@ -12,7 +12,6 @@ only for groups they belong to and folders they may read, so nobody opens more t
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +23,7 @@ from django.db.models import QuerySet
 from accounts.acl import is_active_user
 from chat import conf
 from chat.models import ReviewAccess, ReviewGrant
+from chat.spreadsheet import csv_lines
 from kb.library.access import folder_documents, folders_readable, group_documents
 from kb.library.models import Folder
 
@@ -101,11 +101,6 @@ CSV_HEADER = ("at", "reviewer", "answer", "surface", "grants")
 def access_log_csv(rows: QuerySet[ReviewAccess]) -> Iterator[str]:
     """The access log as CSV lines, header first, oldest first."""
 
-    class Line:
-        def write(self, value: str) -> str:
-            return value
-
-    writer = csv.writer(Line())
-    yield writer.writerow(CSV_HEADER)
-    for row in rows.order_by("at", "pk").iterator():
-        yield writer.writerow((row.at.isoformat(), row.reviewer_name, row.answer, row.surface, row.grants))
+    yield from csv_lines([CSV_HEADER])
+    yield from csv_lines((row.at.isoformat(), row.reviewer_name, row.answer, row.surface, row.grants)
+                         for row in rows.order_by("at", "pk").iterator())

@@ -273,6 +273,11 @@ def test_the_access_log_is_for_superusers_only_read_only_and_exports_as_csv(
     assert rows[0] == ["at", "reviewer", "answer", "surface", "grants"]
     assert [r[1:] for r in rows[1:]] == [["sam", str(vault.pk), "review_page", "group engineering"],
                                          ["sam", str(vault.pk), "review_api", "group engineering"]]
+    # A name from a sign-in provider may start like a formula: the spreadsheet shows it as text.
+    ReviewAccess.objects.filter(pk=first.pk).update(reviewer_name='=HYPERLINK("http://evil")')
+    exported = admin.post("/admin/chat/reviewaccess/", {"action": "export_csv", "_selected_action": [first.pk]})
+    rows = list(csv.reader(io.StringIO(b"".join(exported.streaming_content).decode())))  # type: ignore[attr-defined]
+    assert rows[1][1] == '\'=HYPERLINK("http://evil")'
 
     # Nobody else: not the reviewer, not staff holding every permission of the model.
     nosy = staff("nosy", "view_reviewaccess", "change_reviewaccess", "delete_reviewaccess", "add_reviewaccess",
