@@ -98,6 +98,8 @@ class Message(models.Model):
     class Meta:
         ordering = ["conversation_id", "pk"]
         indexes = [models.Index(fields=["role", "-created_at"], name="chat_msg_role_recent")]
+        # Declared, so that Django's post_migrate creates it wherever a table was emptied (chat 0009 first made it)
+        permissions = [("view_contentgaps", "Can view content gaps")]
 
     def __str__(self) -> str:
         return f"{self.role} #{self.pk}"

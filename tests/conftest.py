@@ -19,9 +19,11 @@ from urllib.parse import urlsplit
 import pytest
 
 from kb.queues import ANSWERS, INGEST
+from tests.entry import worker_dir
 
 ROOT = Path(__file__).resolve().parent.parent
-OUTPUT = ROOT / "test-output"
+OUTPUT = worker_dir(ROOT / "test-output")
+OUTPUT.mkdir(parents=True, exist_ok=True)
 # The development evaluation set lies beside the checkout (CI copies it there); a worktree elsewhere
 # names it with KB_SHARED_EVAL. Tests that need it skip without it; CI fails on any other skip.
 SHARED_EVAL = Path(os.environ.get("KB_SHARED_EVAL") or ROOT.parent / "shared" / "eval")

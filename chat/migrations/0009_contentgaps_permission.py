@@ -1,6 +1,5 @@
-"""The permission to see content gaps (chat.gaps), on chat's Message model: a row, not a Meta option, so
-that no model changes for it. Django's post_migrate creates only Meta permissions; a flushed test database
-gets this one back from tests.chat.test_gaps.gaps_permission."""
+"""The permission to see content gaps (chat.gaps), on chat's Message model, created here as a row; chat 0010
+declares it on the model's Meta as well, so that post_migrate recreates it where the table was emptied."""
 
 from django.db import migrations
 

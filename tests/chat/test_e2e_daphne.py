@@ -62,11 +62,11 @@ def wait_until(ready: Any, what: str, processes: list[subprocess.Popen[str]], ti
     while time.monotonic() < deadline:
         for process in processes:
             if process.poll() is not None:
-                pytest.fail(f"{process.args[2]!r} exited early; see test-output/chat-e2e-*.log")
+                pytest.fail(f"{process.args[2]!r} exited early; see {OUTPUT}/chat-e2e-*.log")
         if ready():
             return
         time.sleep(0.2)
-    pytest.fail(f"{what} not ready within {timeout:.0f}s; see test-output/chat-e2e-*.log")
+    pytest.fail(f"{what} not ready within {timeout:.0f}s; see {OUTPUT}/chat-e2e-*.log")
 
 
 def listening(port: int) -> bool:

@@ -50,13 +50,9 @@ def answer(user: Any, question: str, *, settings: Any, refuse: bool = False) -> 
 
 
 def gaps_permission() -> Any:
-    """chat.view_contentgaps, which chat 0009 creates; a database a transactional test flushed gets it back here
-    (Django's post_migrate recreates only the permissions models declare)."""
     from django.contrib.auth.models import Permission
-    from django.contrib.contenttypes.models import ContentType
 
-    return Permission.objects.get_or_create(codename="view_contentgaps", content_type=ContentType.objects.get_for_model(
-        Message), defaults={"name": "Can view content gaps"})[0]
+    return Permission.objects.get(codename="view_contentgaps", content_type__app_label="chat")
 
 
 def grant_gaps(user: Any) -> None:

@@ -90,7 +90,7 @@ def test_the_api_survives_its_own_schema_fuzzed(people: dict[str, Any], web_serv
         print(f"\nAPI fuzzer: {cases['generated']} cases over {operations['tested']} operations in "
               f"{result['running_time']:.0f} s, seed {result['seed']} (KB_FUZZ_SEED replays it), "
               f"{len(result['failures'])} failure kinds, "
-              f"{len(result['errors'])} errors (test-output/fuzz/output.txt)")
+              f"{len(result['errors'])} errors ({out}/output.txt)")
     summary = run.stdout[-6000:]
     assert operations["tested"] == operations["total"] >= 23, summary  # nothing left out
     assert cases["generated"] >= 500, summary
