@@ -163,11 +163,23 @@ def model_propose(*, model: Mapping[str, Any], fitted_on: Mapping[str, Any], can
                                              created_by=user if user is not None and user.is_authenticated else None)
 
 
+# Advisory lock key held by every accept and revert for its transaction.
+SWITCH_LOCK = 27_0002
+
+
+def _switching() -> None:
+    """One accept or revert at a time: two racing would each find the same (or no) active model and the
+    second would break the one-active index (a server error) or lose the first's `previous`."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [SWITCH_LOCK])
+
+
 @transaction.atomic
 def model_accept(*, pk: int, user: Any) -> AnswerabilityModel:
     """Make model `pk` the one that decides; the one it replaces (or the settings') is what a revert restores."""
     if not may_accept(user):
         raise AnswerabilityError("you may not accept answerability models")
+    _switching()
     chosen = AnswerabilityModel.objects.select_for_update().filter(pk=pk).first()
     if chosen is None:
         raise AnswerabilityError("no such answerability model")
@@ -189,6 +201,7 @@ def model_revert(*, user: Any) -> AnswerabilityModel | None:
     the settings'). Nothing active: nothing to revert."""
     if not may_accept(user):
         raise AnswerabilityError("you may not revert answerability models")
+    _switching()
     current = AnswerabilityModel.objects.select_for_update().filter(active=True).first()
     if current is None:
         raise AnswerabilityError("no accepted model is active: the settings' model decides already")
