@@ -12,6 +12,7 @@ only for groups they belong to and folders they may read, so nobody opens more t
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,7 +101,6 @@ CSV_HEADER = ("at", "reviewer", "answer", "surface", "grants")
 
 def access_log_csv(rows: QuerySet[ReviewAccess]) -> Iterator[str]:
     """The access log as CSV lines, header first, oldest first."""
-
-    yield from csv_lines([CSV_HEADER])
-    yield from csv_lines((row.at.isoformat(), row.reviewer_name, row.answer, row.surface, row.grants)
-                         for row in rows.order_by("at", "pk").iterator())
+    records = ((row.at.isoformat(), row.reviewer_name, row.answer, row.surface, row.grants)
+               for row in rows.order_by("at", "pk").iterator())
+    return csv_lines(itertools.chain([CSV_HEADER], records))
