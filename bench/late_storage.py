@@ -167,12 +167,12 @@ def read_chunks(conninfo: dict[str, Any], database: str) -> list[Chunk]:
     from kb.library.ingest.pieces import unpack, unpack_ids
     from search.stats import CHUNK_TOTAL_SQL, idf_sql
 
-    tokens = embedding.model().tokenizer.convert_ids_to_tokens
+    reader = embedding.tokenizer()
     with psycopg.connect(**conninfo | {"dbname": database}) as db:
         rows = db.execute("SELECT id, late_vectors, piece_ids FROM kb_chunk WHERE late_vectors IS NOT NULL"
                           " AND piece_ids IS NOT NULL ORDER BY id", binary=True).fetchall()
         pieces = [(cid, unpack_ids(ids), unpack(data, settings.KB_EMBEDDING_DIMENSIONS)) for cid, data, ids in rows]
-        words_of = [_words(tokens(ids)) for _, ids, _ in pieces]
+        words_of = [_words([reader.id_to_token(i) or "" for i in ids]) for _, ids, _ in pieces]
         vocabulary = sorted({w for words in words_of for w in words})
         found = db.execute(
             f"""SELECT q.word, coalesce(max({idf_sql(ndoc="coalesce(s.ndoc, 0)", total="n.total")}), 0)

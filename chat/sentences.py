@@ -81,11 +81,10 @@ def stored_pieces(sources: Sequence[Source], texts: Sequence[str], numbers: Sequ
            ORDER BY document_id, ordinal""",
         [sorted({s.document_id for s in sources}), [s.document_id for s in sources], [s.start for s in sources],
          [s.end for s in sources]])
-    tokenizer = embedding.model().tokenizer
     dimensions = settings.KB_EMBEDDING_DIMENSIONS
     # The ids stored at ingest; a chunk indexed before they were stored has its text tokenized here.
     untokenized = [row[3] for row in rows if row[5] is None]
-    tokenized = iter(tokenizer(untokenized, add_special_tokens=False)["input_ids"] if untokenized else [])
+    tokenized = iter(embedding.piece_ids(untokenized) if untokenized else [])
     runs: dict[int, list[_Pieces]] = {}  # source number -> its chunks' pieces, in document order
     for document_id, start, end, _, data, stored_ids in rows:
         ids = next(tokenized) if stored_ids is None else unpack_ids(stored_ids)
@@ -95,7 +94,7 @@ def stored_pieces(sources: Sequence[Source], texts: Sequence[str], numbers: Sequ
         for source in sources:
             if source.document_id == document_id and start < source.end and end > source.start:
                 runs.setdefault(source.number, []).append(_Pieces(ids, _as_text(ids), vectors))
-    wanted = tokenizer([t.removesuffix(" …") for t in texts], add_special_tokens=False)["input_ids"]
+    wanted = embedding.piece_ids([t.removesuffix(" …") for t in texts])
     found: list[np.ndarray | None] = []
     cursor: dict[int, int] = {}  # source number -> the chunk its last located sentence ended in
     for ids, number in zip(wanted, numbers, strict=True):
@@ -166,7 +165,7 @@ ROW_JOINER = " — "  # what a table row's cells are joined with in a sentence (
 
 @functools.cache
 def _joiner_ids() -> frozenset[int]:
-    return frozenset(embedding.model().tokenizer(ROW_JOINER, add_special_tokens=False)["input_ids"])
+    return frozenset(embedding.piece_ids([ROW_JOINER])[0])
 
 
 def _aligned(ids: list[int], chunks: Sequence[_Pieces]) -> tuple[np.ndarray, int] | None:

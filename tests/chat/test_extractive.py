@@ -289,13 +289,12 @@ def test_sentences_are_scored_with_their_chunks_stored_vectors_not_encoded_again
     stranger = "Nothing in this guide mentions quarterly payroll reconciliation."
     found = scoring.stored_pieces([src], [u.text for u in parts] + [stranger], [1] * (len(parts) + 1))
     stored = unpack(chunk.late_vectors, embedding.dimensions())
-    tokenizer = embedding.model().tokenizer
-    ids = tokenizer(chunk.text, add_special_tokens=False)["input_ids"]
+    ids = embedding.piece_ids([chunk.text])[0]
     assert found[-1] is None  # in no chunk: encoded
     cleaned = 0
     for unit, vectors in zip(parts, found, strict=False):
         assert vectors is not None, unit.text
-        wanted = tokenizer(unit.text, add_special_tokens=False)["input_ids"]
+        [wanted] = embedding.piece_ids([unit.text])
         runs = [i for i in range(len(ids)) if ids[i : i + len(wanted)] == wanted]
         if runs:
             assert (vectors == stored[runs[0] : runs[0] + len(wanted)]).all()
@@ -324,17 +323,16 @@ def test_sentences_are_found_by_the_piece_ids_stored_at_ingest_and_older_chunks_
     from kb.library.models import Chunk
 
     chunk, src = ingested_source(GUIDE, "export-guide.md")
-    tokenizer = embedding.model().tokenizer
-    assert unpack_ids(chunk.piece_ids) == tokenizer(chunk.text, add_special_tokens=False)["input_ids"]
+    assert [unpack_ids(chunk.piece_ids)] == embedding.piece_ids([chunk.text])
     texts = [u.text for u in units(1, src.text)]
     tokenized: list[str] = []
-    real = type(tokenizer).__call__
+    real = embedding.piece_ids
 
-    def spy(self: Any, text: Any, *args: Any, **kwargs: Any) -> Any:
-        tokenized.extend([text] if isinstance(text, str) else text)
-        return real(self, text, *args, **kwargs)
+    def spy(batch: list[str]) -> list[list[int]]:
+        tokenized.extend(batch)
+        return real(batch)
 
-    monkeypatch.setattr(type(tokenizer), "__call__", spy)
+    monkeypatch.setattr(embedding, "piece_ids", spy)
     with_ids = scoring.stored_pieces([src], texts, [1] * len(texts))
     assert chunk.text not in tokenized and all(v is not None for v in with_ids)
     Chunk.objects.filter(pk=chunk.pk).update(piece_ids=None)
@@ -361,8 +359,7 @@ def test_a_code_block_longer_than_a_chunk_is_scored_with_the_stored_vectors_of_e
                  label="Running > Options", text=text, start=min(c.start for c in chunks),
                  end=max(c.end for c in chunks), page=None, distance=0.2)
     [code] = [u for u in units(1, src.text) if u.kind == "code"]
-    tokenizer = embedding.model().tokenizer
-    wanted = tokenizer(code.text.removesuffix(" …"), add_special_tokens=False)["input_ids"]
+    [wanted] = embedding.piece_ids([code.text.removesuffix(" …")])
     holding = [c for c in chunks if set(wanted[:20]) <= set(unpack_ids(c.piece_ids))]
     assert len(chunks) >= 2 and not any(scoring._as_text(wanted) in scoring._as_text(unpack_ids(c.piece_ids))
                                         for c in chunks), "the block must be longer than a chunk for this test"

@@ -392,9 +392,9 @@ def test_one_tokenization_per_segment_counts_every_span_like_the_tokenizer() -> 
     index = PieceIndex(text, 0, len(text))
     # Every piece boundary (between words, and between two pieces of one word) and some
     # offsets inside pieces; spans between them, sampled.
-    from kb.library.ingest.tokens import _tokenizer
+    from kb.library.ingest.embedding import tokenizer
 
-    offsets = _tokenizer().encode(text, add_special_tokens=False).offsets
+    offsets = tokenizer().encode(text, add_special_tokens=False).offsets
     bounds = sorted({0, len(text), *(a for a, _ in offsets), *(b for _, b in offsets), *range(1, len(text), 13)})
     counted = unknown = 0
     for start, end in itertools.islice(itertools.combinations(bounds, 2), 0, None, 37):

@@ -1,17 +1,27 @@
-"""The embedding model, loaded once per process from site-packages (never from a hub)."""
+"""The embedding model, loaded once per process from site-packages (never from a hub).
+
+It runs as sentence-transformers would run it (the model folder's modules: the transformer, mean pooling,
+normalisation; texts batched longest first, as many pieces as the model reads), with the network in plain
+PyTorch (kb.library.ingest.encoder) and the word pieces from `tokenizers`: the same vectors, bit for bit,
+without sentence-transformers' ~5 s of imports in every process that embeds.
+"""
 
 from __future__ import annotations
 
 import functools
+import json
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from django.conf import settings
 
 if TYPE_CHECKING:
-    from sentence_transformers import SentenceTransformer
+    import torch
+    from tokenizers import Tokenizer
+
+    from kb.library.ingest.encoder import Encoder
 
 BATCH_SIZE = 32
 # bf16 pays off on batches of passages (ingest); on a few short texts its casts cost more than they save
@@ -28,14 +38,87 @@ def model_path() -> Path:
 
 
 @functools.cache
-def model() -> SentenceTransformer:
-    from sentence_transformers import SentenceTransformer
+def model() -> Encoder:
+    from kb.library.ingest.encoder import Encoder
 
-    return SentenceTransformer(str(model_path()), device="cpu", local_files_only=True)
+    return Encoder.load(model_path())
+
+
+@functools.cache
+def tokenizer() -> Tokenizer:
+    """The model's word-piece tokenizer over all of a text (for counting and locating pieces).
+
+    The shipped tokenizer.json truncates and pads to 128; a count must see everything."""
+    from tokenizers import Tokenizer
+
+    reader = Tokenizer.from_file(str(model_path() / "tokenizer.json"))
+    reader.no_truncation()
+    reader.no_padding()
+    return reader
+
+
+@functools.cache
+def _window() -> Tokenizer:
+    """The tokenizer as the model reads a batch: at most max_seq_length pieces ([CLS] and [SEP] included),
+    padded to the batch's longest."""
+    from tokenizers import Tokenizer
+
+    reader = Tokenizer.from_file(str(model_path() / "tokenizer.json"))
+    config = json.loads((model_path() / "sentence_bert_config.json").read_text())
+    reader.enable_truncation(max_length=int(config["max_seq_length"]))
+    reader.enable_padding()  # which id pads makes no difference: attention and pooling leave padding out
+    return reader
+
+
+def piece_ids(texts: list[str]) -> list[list[int]]:
+    """Each text's word-piece ids, all of them, without [CLS] and [SEP]."""
+    return [encoding.ids for encoding in tokenizer().encode_batch(texts, add_special_tokens=False)]
+
+
+def _features(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Word-piece ids and attention mask of a batch, as the model reads it."""
+    import torch
+
+    encodings = _window().encode_batch(texts)
+    return (torch.tensor([e.ids for e in encodings], dtype=torch.long),
+            torch.tensor([e.attention_mask for e in encodings], dtype=torch.long))
+
+
+def _pooled(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The model's sentence vector: the mean of its pieces' states (padding left out), then unit length."""
+    import torch
+
+    weights = mask.unsqueeze(-1).to(hidden.dtype)
+    total = (hidden * weights).sum(dim=1, dtype=torch.float32)
+    mean = (total / torch.clamp(weights.sum(dim=1, dtype=torch.float32), min=1e-9)).to(hidden.dtype)
+    return torch.nn.functional.normalize(mean, p=2, dim=-1)
+
+
+class Encoded(NamedTuple):
+    ids: torch.Tensor  # the word pieces the model read, [CLS] and [SEP] included
+    hidden: torch.Tensor  # their last hidden states
+    vector: torch.Tensor  # the pooled sentence vector (normalised once; callers normalise again)
+
+
+def _encode(texts: list[str]) -> list[Encoded]:
+    """Texts through the model in batches of similar length, longest first, returned in the callers' order."""
+    import torch
+
+    order = np.argsort([-len(text) for text in texts])
+    encoded: list[Encoded] = []
+    with torch.inference_mode(), _precision(len(texts)):
+        for start in range(0, len(texts), BATCH_SIZE):
+            batch = [texts[i] for i in order[start : start + BATCH_SIZE]]
+            ids, mask = _features(batch)
+            hidden = model()(ids, mask)
+            vectors = _pooled(hidden, mask)
+            lengths = mask.sum(dim=1).tolist()
+            encoded += [Encoded(ids[row, :n], hidden[row, :n], vectors[row]) for row, n in enumerate(lengths)]
+    return [encoded[i] for i in np.argsort(order)]
 
 
 def dimensions() -> int:
-    return int(model().get_embedding_dimension() or 0)
+    return model().width
 
 
 @functools.cache
@@ -58,13 +141,17 @@ def _precision(texts: int) -> AbstractContextManager[Any]:
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16() and texts >= BF16_FROM)
 
 
+def _unit(vectors: list[torch.Tensor]) -> np.ndarray:
+    import torch
+
+    if not vectors:
+        return np.zeros((0, dimensions()), dtype=np.float32)
+    return torch.nn.functional.normalize(torch.stack(vectors).float(), p=2, dim=1).numpy()
+
+
 def embed(texts: list[str]) -> np.ndarray:
     """Unit-length vectors, so cosine distance in pgvector equals 1 - dot product."""
-    with _precision(len(texts)):
-        vectors = model().encode(
-            texts, batch_size=BATCH_SIZE, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-        )
-    return vectors.astype(np.float32, copy=False)
+    return _unit([encoded.vector for encoded in _encode(texts)])
 
 
 def embed_with_pieces(texts: list[str]) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
@@ -72,21 +159,10 @@ def embed_with_pieces(texts: list[str]) -> tuple[np.ndarray, list[np.ndarray], l
     (as far as the model read it): the word-piece vectors that late interaction scores come free with the
     chunk vectors at ingest, instead of a second encoding at query time, and their ids locate an answer's
     sentences among them without tokenizing the chunks again."""
-    import torch
-
-    with _precision(len(texts)):
-        outputs = cast(
-            "list[dict[str, torch.Tensor]]",
-            model().encode(texts, batch_size=BATCH_SIZE, output_value=None, show_progress_bar=False),
-        )
-    if not outputs:
-        return np.zeros((0, dimensions()), dtype=np.float32), [], []
-    vectors = torch.nn.functional.normalize(torch.stack([out["sentence_embedding"] for out in outputs]).float(), dim=1)
-    # Each row of a batch is padded to the longest; the attention mask says where the text ends.
-    lengths = [int(out["attention_mask"].sum()) for out in outputs]
-    pieces = [_unit_pieces(out["token_embeddings"][:n]) for out, n in zip(outputs, lengths, strict=True)]
-    ids = [out["input_ids"][1 : n - 1].numpy().astype(np.int32) for out, n in zip(outputs, lengths, strict=True)]
-    return vectors.numpy(), pieces, ids
+    encoded = _encode(texts)
+    pieces = [_unit_pieces(e.hidden) for e in encoded]
+    ids = [e.ids[1:-1].numpy().astype(np.int32) for e in encoded]
+    return _unit([e.vector for e in encoded]), pieces, ids
 
 
 def _unit_pieces(token_embeddings: Any) -> np.ndarray:
@@ -99,52 +175,38 @@ def token_vectors(texts: list[str]) -> list[np.ndarray]:
     """Unit-length contextual vectors of each text's word pieces ([CLS] and [SEP] left out), for late interaction.
 
     A few texts (an answer's sentences that no stored chunk holds) go through the traced encoder one at
-    a time, as a question does: a 12-piece table row took 23 ms through `encode` at one thread here."""
+    a time, as a question does: a 12-piece table row took 23 ms through a batch at one thread here."""
     if len(texts) < BF16_FROM:
-        return [_unit_pieces(_traced(text)["token_embeddings"][0]) for text in texts]
-    with _precision(len(texts)):
-        outputs = model().encode(
-            texts, batch_size=BATCH_SIZE, output_value="token_embeddings", convert_to_numpy=False,
-            show_progress_bar=False,
-        )
-    return [_unit_pieces(out) for out in outputs]
+        return [_unit_pieces(_traced(text)[1][0]) for text in texts]
+    return [_unit_pieces(encoded.hidden) for encoded in _encode(texts)]
 
 
 @functools.cache
 def query_encoder() -> Any:
-    """The model's transformer traced and frozen (TorchScript) for one unpadded text at a time.
+    """The network traced and frozen (TorchScript) for one unpadded text at a time.
 
-    `encode` runs every layer through Python and sentence-transformers' batching; the frozen graph
-    fuses them: 11 against 19 ms per question at one thread here, outputs equal to ~1e-5.
+    Eager PyTorch runs every layer through Python; the frozen graph fuses them: 11 against 19 ms per
+    question at one thread here, outputs equal to ~1e-5.
     """
     import warnings
 
     import torch
 
-    class Hidden(torch.nn.Module):  # the transformer as a function of the word-piece ids alone
-        def __init__(self) -> None:
-            super().__init__()
-            self.transformer = cast("torch.nn.Module", model()[0].auto_model).eval()
-
-        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-            return cast("torch.Tensor", self.transformer(input_ids=input_ids).last_hidden_state)
-
-    example = model().preprocess(["an example question"])["input_ids"]
+    example, _ = _features(["an example question"])
     with torch.inference_mode(), warnings.catch_warnings():
         # Tracing warns about branches fixed by the example; one text never pads, so none varies here.
         warnings.simplefilter("ignore")
-        traced = torch.jit.trace(Hidden(), example, check_trace=False)  # type: ignore[no-untyped-call]
+        traced = torch.jit.trace(model(), example, check_trace=False)  # type: ignore[no-untyped-call]
         return torch.jit.optimize_for_inference(torch.jit.freeze(traced.eval()))
 
 
-def _traced(text: str) -> dict[str, Any]:
-    """`text`'s features (ids, attention mask) with its word pieces' hidden states, from the traced encoder."""
+def _traced(text: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """`text`'s attention mask and its word pieces' hidden states, from the traced encoder."""
     import torch
 
-    features = model().preprocess([text])
+    ids, mask = _features([text])
     with torch.inference_mode():
-        features["token_embeddings"] = query_encoder()(features["input_ids"])
-    return cast("dict[str, Any]", features)
+        return mask, query_encoder()(ids)
 
 
 @functools.lru_cache(maxsize=2)
@@ -156,16 +218,14 @@ def embed_query(text: str) -> tuple[np.ndarray, np.ndarray]:
     """
     import torch
 
-    features = _traced(text)
+    mask, hidden = _traced(text)
     with torch.inference_mode():
-        for module in list(model())[1:]:  # pooling, normalisation: as `encode` applies them
-            features = module(features)
-    vector = torch.nn.functional.normalize(features["sentence_embedding"], p=2, dim=1)[0].float().numpy()
-    pieces = _unit_pieces(features["token_embeddings"][0])
+        vector = torch.nn.functional.normalize(_pooled(hidden, mask), p=2, dim=1)[0].float().numpy()
+    pieces = _unit_pieces(hidden[0])
     vector.flags.writeable = pieces.flags.writeable = False
     return vector, pieces
 
 
 def word_pieces(text: str) -> list[tuple[int, int]]:
     """Character span of each word piece of `text`, in the order token_vectors returns them."""
-    return [tuple(span) for span in model().tokenizer(text, return_offsets_mapping=True)["offset_mapping"][1:-1]]
+    return tokenizer().encode(text).offsets[1:-1]

@@ -7,37 +7,25 @@ sees; a chunk over its 256-piece window is silently truncated, so we count exact
 from __future__ import annotations
 
 import bisect
-import functools
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from tokenizers import Tokenizer
-
-from kb.library.ingest.embedding import model_path
+from kb.library.ingest.embedding import tokenizer
 
 WINDOW = 256  # the model's max_seq_length, [CLS] and [SEP] included
 
 _spent: ContextVar[list[float] | None] = ContextVar("token_count_seconds", default=None)
 
 
-@functools.cache
-def _tokenizer() -> Tokenizer:
-    tokenizer = Tokenizer.from_file(str(model_path() / "tokenizer.json"))  # the embedding model's, as configured
-    # The shipped tokenizer.json truncates and pads to 128; a count must see everything.
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    return tokenizer
-
-
 def count_tokens(text: str) -> int:
     """Word-pieces the encoder sees for `text`, [CLS] and [SEP] included, without truncation."""
     spent = _spent.get()
     if spent is None:
-        return len(_tokenizer().encode(text).ids)
+        return len(tokenizer().encode(text).ids)
     started = time.perf_counter()
-    n = len(_tokenizer().encode(text).ids)
+    n = len(tokenizer().encode(text).ids)
     spent[0] += time.perf_counter() - started
     return n
 
@@ -54,7 +42,7 @@ class PieceIndex:
     def __init__(self, text: str, start: int, end: int) -> None:
         spent = _spent.get()
         started = time.perf_counter()
-        encoding = _tokenizer().encode(text[start:end], add_special_tokens=False)
+        encoding = tokenizer().encode(text[start:end], add_special_tokens=False)
         self.start, self.end = start, end
         self._starts = [start + a for a, _ in encoding.offsets]
         self._ends = [start + b for _, b in encoding.offsets]
