@@ -222,6 +222,7 @@ class SharedWorker:
                 replies = [inspect.active(), inspect.reserved(), inspect.scheduled()]
                 if all(reply and not reply.get(self.hostname) for reply in replies):
                     os.killpg(self.process.pid, signal.SIGSTOP)
+                    _until_no_pop_waits(broker)
                     return
             time.sleep(0.2)
         self.stop()
@@ -232,6 +233,17 @@ class SharedWorker:
                 os.killpg(self.process.pid, signal.SIGCONT)  # a stopped process would not act on SIGTERM
             stop_process(self.process)
             self.process = None
+
+
+def _until_no_pop_waits(broker: Any, timeout: float = 10) -> None:
+    """Until no Redis client waits in a blocking pop. A worker stopped inside one (kombu's BRPOP waits up to a
+    second) is still handed the next message queued: the next test's first task went to the stopped worker,
+    and its document stayed queued."""
+    deadline = time.monotonic() + timeout
+    while any(client["cmd"] == "brpop" and "b" in client["flags"] for client in broker.client_list()):
+        if time.monotonic() > deadline:
+            pytest.fail("a stopped worker still waits in BRPOP")
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="session")
