@@ -219,6 +219,7 @@ def test_only_superusers_and_staff_with_the_permission_see_content_gaps(people: 
             assert response.status_code == 404, (name, surface)
             assert VAULT_QUESTION not in response.content.decode()
         assert "/gaps/" not in client.get("/admin/").content.decode()
+        assert "/gaps/" not in client.get("/").content.decode()  # nor in the top bar
     assert Client().get("/api/gaps").status_code == 401
     assert Client().get("/gaps/")["Location"].startswith("/accounts/login/")
 
@@ -229,5 +230,6 @@ def test_only_superusers_and_staff_with_the_permission_see_content_gaps(people: 
             response = client.get(surface)
             assert response.status_code == 200 and VAULT_QUESTION in response.content.decode(), surface
         assert 'href="/gaps/"' in client.get("/admin/").content.decode()
+        assert '<a href="/gaps/">Gaps</a>' in client.get("/").content.decode()  # the top bar
     assert vault.title in client_for(dave).get("/gaps/").content.decode()
     assert vault.title not in client_for(people["admin"]).get("/gaps/").content.decode()

@@ -110,7 +110,7 @@ def test_every_page_works_at_phone_width(open_page: Any, people: dict[str, Any],
                        (f"/documents/{library_docs['public'].pk}/", "viewer-390"), ("/", "ask-admin-390")]:
         response = page.goto(path)
         assert response is not None and response.status == 200, path
-        assert page.locator(".mainnav a").all_inner_texts() == ["Ask", "Library", "Review", "Admin"]
+        assert page.locator(".mainnav a").all_inner_texts() == ["Ask", "Library", "Review", "Gaps", "Admin"]
         assert_labelled(page)
         assert_fits_width(page)
         assert_clean(page)

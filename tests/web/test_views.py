@@ -25,7 +25,7 @@ def as_user(user: Any) -> Client:
 
 def nav_links(html: str) -> set[str]:
     nav = html.split('<nav class="mainnav"', 1)[1].split("</nav>", 1)[0] if '<nav class="mainnav"' in html else ""
-    return {label for label in ("Ask", "Library", "Review", "Admin") if f">{label}</a>" in nav}
+    return {label for label in ("Ask", "Library", "Review", "Gaps", "Admin") if f">{label}</a>" in nav}
 
 
 # --------------------------------------------------------------------------- security headers
@@ -64,7 +64,7 @@ def test_the_login_form_labels_every_field() -> None:
 def test_navigation_shows_what_each_role_may_use(people: dict[str, Any]) -> None:
     assert nav_links(as_user(people["carol"]).get("/").content.decode()) == {"Ask", "Library"}
     assert nav_links(as_user(people["sam"]).get("/").content.decode()) == {"Ask", "Library", "Review"}
-    assert nav_links(as_user(people["admin"]).get("/").content.decode()) == {"Ask", "Library", "Review", "Admin"}
+    assert nav_links(as_user(people["admin"]).get("/").content.decode()) == {"Ask", "Library", "Review", "Gaps", "Admin"}
     assert nav_links(Client().get("/accounts/login/").content.decode()) == set()
 
 

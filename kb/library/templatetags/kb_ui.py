@@ -11,8 +11,9 @@ register = template.Library()
 
 @register.simple_tag(takes_context=True)
 def nav_items(context: dict[str, Any]) -> list[dict[str, Any]]:
-    """[{label, url, current}] for the top bar: Ask and Library for everyone signed in,
-    Review for support staff, Admin for staff. Pages a person may not use are not shown."""
+    """[{label, url, current}] for the top bar: Ask and Library for everyone signed in, Review for support
+    staff, Gaps (content gaps) for whoever may see them, Admin for staff. Pages a person may not use are
+    not shown."""
     request = context.get("request")
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
@@ -23,6 +24,9 @@ def nav_items(context: dict[str, Any]) -> list[dict[str, Any]]:
     may_review = context.get("may_review")  # from chat.context_processors: chat owns the rule
     if may_review is not None and may_review():
         items.append(("Review", "/review/", current == "review"))
+    may_view_gaps = context.get("may_view_gaps")
+    if may_view_gaps is not None and may_view_gaps():
+        items.append(("Gaps", "/gaps/", current == "gaps"))
     if user.is_staff:
         items.append(("Admin", "/admin/", False))
     return [{"label": label, "url": url, "current": is_current} for label, url, is_current in items]
