@@ -7,6 +7,9 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
+    # A one-off command runs one thread: a connection pool only adds threads that retry an unreachable
+    # server for KB_DB_POOL_TIMEOUT before the command may say which setting is wrong.
+    os.environ.setdefault("KB_DB_POOL_SIZE", "0")
     from django.core.management import execute_from_command_line
 
     from kb.runtime.embedded import ensure_services

@@ -35,6 +35,19 @@ def test_report_names_the_failed_check() -> None:
     assert report["checks"]["fine"] == {"ok": True, "x": 1}
 
 
+def test_a_check_is_not_run_when_the_service_it_needs_failed() -> None:
+    pinged = []
+
+    def down() -> dict[str, Any]:
+        raise RuntimeError("REDIS_URL: cannot connect")
+
+    report = health_report({"redis": down, "celery": lambda: pinged.append(1) or {}, "database": lambda: {}})
+    assert report["failed"] == ["redis", "celery"] and not pinged
+    assert report["checks"]["celery"] == {"ok": False, "error": "not checked: redis is unreachable"}
+    report = health_report({"redis": lambda: {}, "celery": lambda: pinged.append(1) or {}})
+    assert report["ok"] and pinged == [1]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_healthz_is_200_with_every_service_up(
     client: Client, celery_worker: subprocess.Popen[str], people: dict[str, Any]

@@ -134,7 +134,7 @@ def _answer_whose_worker_dies(people: dict[str, Any], env: dict[str, str], *, wo
 def test_sigkill_the_worker_mid_answer_and_the_reader_hears_it_failed(
     corpus: dict[str, Document], people: dict[str, Any]
 ) -> None:
-    answer, _ = _answer_whose_worker_dies(people, {"KB_ANSWER_LEASE_SECONDS": "20", "KB_SWEEP_SECONDS": "1"},
+    answer, _ = _answer_whose_worker_dies(people, {"KB_ANSWER_LEASE_SECONDS": "10", "KB_SWEEP_SECONDS": "1"},
                                           worker={"name": "worker-killed-mid-answer"},
                                           replacement={"name": "worker-after-the-kill"})
     assert answer.error.startswith("lease expired")
