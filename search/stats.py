@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from django.db import connection, transaction
 
-REFRESH_DEBOUNCE_SECONDS = 10
 # The chunk total, as an SQL expression: every row of the view carries it, so one row is read, not
 # an aggregate over the whole vocabulary (hundreds of thousands of lexemes on a large corpus).
 CHUNK_TOTAL_SQL = "(SELECT total FROM search_lexeme_stats LIMIT 1)"
@@ -57,5 +56,6 @@ def lexeme_stats_schedule() -> None:
     from search.tasks import refresh_lexeme_stats
 
     client = redis.Redis.from_url(settings.REDIS_URL)
-    if client.set("kb:lexeme-stats:pending", "1", nx=True, ex=REFRESH_DEBOUNCE_SECONDS):
-        transaction.on_commit(lambda: refresh_lexeme_stats.apply_async(countdown=REFRESH_DEBOUNCE_SECONDS))
+    seconds = settings.KB_STATS_REFRESH_SECONDS
+    if client.set("kb:lexeme-stats:pending", "1", nx=True, ex=seconds):
+        transaction.on_commit(lambda: refresh_lexeme_stats.apply_async(countdown=seconds))

@@ -201,7 +201,8 @@ class SharedWorker:
         self.stop()
         self.redis_run = redis_run_id()
         self.hostname = f"celery-session-worker-{os.getpid()}-{time.monotonic_ns()}@localhost"
-        self.process = start_worker("celery-session-worker", hostname=self.hostname)
+        # Its statistics refresh soon after indexing: pause() waits for that scheduled task.
+        self.process = start_worker("celery-session-worker", hostname=self.hostname, KB_STATS_REFRESH_SECONDS="1")
         return self.process
 
     def pause(self, timeout: float = 60) -> None:
