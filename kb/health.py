@@ -109,6 +109,13 @@ def check_reranker() -> dict[str, Any]:
     return {"status": rerank.status(), "late_interaction": late.status()}
 
 
+def check_replica() -> dict[str, Any]:
+    """Optional, like the reranker: where retrieval reads (search.replica); a replica down or behind is reported, not failed."""
+    from search import replica
+
+    return replica.state()
+
+
 CHECKS: dict[str, Check] = {
     "database": check_database,
     "pgvector": check_pgvector,
@@ -116,12 +123,13 @@ CHECKS: dict[str, Check] = {
     "celery": check_celery,
     "embedding": check_embedding,
     "reranker": check_reranker,
+    "replica": check_replica,
 }
 
 
 # A check that cannot pass while the one it names has failed: during a Redis outage, a worker ping through
 # the broker would hold the caller for seconds of reconnecting before failing anyway.
-NEEDS = {"pgvector": "database", "celery": "redis"}
+NEEDS = {"pgvector": "database", "celery": "redis", "replica": "database"}
 
 
 def health_report(checks: dict[str, Check] | None = None) -> dict[str, Any]:

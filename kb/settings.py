@@ -191,18 +191,18 @@ KB_REVIEW_GROUP = env_str("KB_REVIEW_GROUP", "support")  # the group whose membe
 # Database ----------------------------------------------------------------------
 
 
-def _database(url: str) -> dj_database_url.DBConfig:
+def _database(url: str, *, setting: str = "DATABASE_URL", pool: str = "kb") -> dj_database_url.DBConfig:
     scheme = urlsplit(url).scheme
     if scheme not in {"postgres", "postgresql", "pgsql"}:
         raise ImproperlyConfigured(
-            f"DATABASE_URL must be a postgresql:// URL (PostgreSQL with pgvector); got scheme {scheme!r}"
+            f"{setting} must be a postgresql:// URL (PostgreSQL with pgvector); got scheme {scheme!r}"
         )
     try:
         # CONN_MAX_AGE=0: under ASGI every worker thread kept its own persistent connection
         # until PostgreSQL ran out of slots; the pool below bounds them per process instead.
         config = dj_database_url.parse(url, conn_max_age=0)
     except ValueError as exc:
-        raise ImproperlyConfigured(f"DATABASE_URL is not a valid URL: {exc}") from None
+        raise ImproperlyConfigured(f"{setting} is not a valid URL: {exc}") from None
     config["CONN_HEALTH_CHECKS"] = True
     options = config.setdefault("OPTIONS", {})
     options["connect_timeout"] = env_int("KB_DB_CONNECT_TIMEOUT", 5, minimum=1)  # seconds to connect to PostgreSQL
@@ -215,7 +215,7 @@ def _database(url: str) -> dj_database_url.DBConfig:
             "max_size": pool_size,
             "timeout": env_float("KB_DB_POOL_TIMEOUT", 10.0),  # seconds a request waits for a free connection
             "max_idle": 60,
-            "name": "kb",
+            "name": pool,
         }
     else:
         # Without a pool a connection may be kept between requests or tasks (Django refuses both at once):
@@ -228,6 +228,17 @@ def _database(url: str) -> dj_database_url.DBConfig:
 
 
 DATABASES = {"default": _database(DATABASE_URL)}
+# postgresql://… of a streaming replica of DATABASE_URL's server: retrieval reads there whenever it has
+# replayed every access change (search.replica); unset: every query on the primary
+DATABASE_REPLICA_URL = "" if SETTINGS_ONLY else env_str("DATABASE_REPLICA_URL", "")
+if DATABASE_REPLICA_URL:
+    DATABASES["replica"] = _database(DATABASE_REPLICA_URL, setting="DATABASE_REPLICA_URL", pool="kb-replica")
+    DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
+    if "pool" in DATABASES["replica"]["OPTIONS"]:  # a replica that does not answer sends reads to the primary, soon
+        DATABASES["replica"]["OPTIONS"]["pool"]["timeout"] = 2.0
+DATABASE_ROUTERS = ["kb.routers.PrimaryRouter"]
+# Seconds retrieval stays on the primary after the replica failed to answer, before trying it again
+KB_REPLICA_RETRY_SECONDS = env_float("KB_REPLICA_RETRY_SECONDS", 5.0)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Redis: Celery broker, results and the Channels layer ------------------------------

@@ -23,14 +23,14 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connections, transaction
 from django.db.models import Q
 
 from accounts.acl import user_principals
 from kb.library.ingest import embedding
 from kb.library.ingest.classify import SCREEN, classify_query
 from kb.library.models import Chunk, passage_link
-from search import answerability, late, rerank
+from search import answerability, late, replica, rerank
 from search.stats import CHUNK_TOTAL_SQL, idf_sql
 
 WORD = re.compile(r"[A-Za-z0-9][\w'’.-]*[A-Za-z0-9]|[A-Za-z0-9]")
@@ -273,14 +273,18 @@ def _candidate_query(*, principals: list[str], query: str, vector: np.ndarray,
 def _candidates(*, principals: list[str], query: str, vector: np.ndarray, options: SearchOptions) -> list[dict[str, Any]]:
     """The candidate rows, each a dict keyed by the query's column names (Hit's field names where they are Hit's)."""
     sql, params = _candidate_query(principals=principals, query=query, vector=vector, options=options)
-    if options.ef_search == settings.KB_SEARCH_EF_SEARCH:  # set per connection (settings.DATABASES)
-        with connection.cursor() as cursor:
+
+    def read(alias: str) -> list[dict[str, Any]]:
+        if options.ef_search == settings.KB_SEARCH_EF_SEARCH:  # set per connection (settings.DATABASES)
+            with connections[alias].cursor() as cursor:
+                cursor.execute(sql, params)
+                return _named_rows(cursor)
+        with transaction.atomic(using=alias), connections[alias].cursor() as cursor:  # SET LOCAL: never leaks
+            cursor.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(options.ef_search)])
             cursor.execute(sql, params)
             return _named_rows(cursor)
-    with transaction.atomic(), connection.cursor() as cursor:  # SET LOCAL: never leaks to the next request
-        cursor.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(options.ef_search)])
-        cursor.execute(sql, params)
-        return _named_rows(cursor)
+
+    return replica.on_read_alias(read)
 
 
 def _named_rows(cursor: Any) -> list[dict[str, Any]]:

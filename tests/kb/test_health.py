@@ -67,6 +67,7 @@ def test_healthz_is_200_with_every_service_up(
     assert checks["celery"]["workers"]
     assert checks["redis"]["ok"] and checks["database"]["ok"]
     assert checks["reranker"] == {"ok": True, "status": "off", "late_interaction": "on (top 20)"}
+    assert checks["replica"] == {"ok": True, "replica": "none", "reads": "default"}
 
 
 @pytest.mark.django_db
