@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -214,6 +215,19 @@ def answers_orphaned(*, worker: str, before: datetime) -> int:
                                      started_at__lt=before)
     return sum(_fail_lost(pk, conversation_id, Message.Status.RUNNING, reason="worker lost", now=timezone.now())
                for pk, conversation_id in orphans.values_list("pk", "conversation_id"))
+
+
+def answers_of_silent_workers(*, alive: Callable[[str], bool], before: datetime) -> int:
+    """Fail the running answers claimed before `before` by a worker that has stopped saying it is alive
+    (chat.sweeper's heartbeat): a worker killed outright, main process and all, fails nothing itself, and
+    may never be started again under its name; its readers would otherwise wait out the whole lease."""
+    running = Message.objects.filter(role=Message.Role.ASSISTANT, status=Message.Status.RUNNING,
+                                     started_at__lt=before).exclude(worker="")
+    silent = [worker for worker in running.values_list("worker", flat=True).distinct() if not alive(worker)]
+    return sum(_fail_lost(pk, conversation_id, Message.Status.RUNNING, reason=f"worker lost ({worker} stopped)",
+                          now=timezone.now())
+               for pk, conversation_id, worker in running.filter(worker__in=silent).values_list(
+                   "pk", "conversation_id", "worker"))
 
 
 def answer_job_lost(*, message_id: int, job_id: str | None) -> bool:

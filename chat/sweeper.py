@@ -4,16 +4,25 @@ It runs in a daemon thread of every Celery worker (started on `worker_ready`, ho
 chat/tasks.py), so it needs no extra process; the sweeps are conditional updates, so
 several workers sweeping at once do each thing once. It lives in chat, the top layer,
 because it sweeps both chat's answers and kb's documents.
+
+Beside it, each worker's heartbeat: every KB_WORKER_HEARTBEAT_SECONDS the worker renews a key
+in Redis that expires after three beats, and fails the running answers of any worker whose key
+has expired. A worker killed outright (main process and all) is noticed in about three beats,
+not after the answer's lease; a thread, not the task loop, beats, so a busy worker stays alive.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from django.utils import timezone
 
 log = logging.getLogger(__name__)
 
@@ -53,5 +62,50 @@ def start(stop: threading.Event | None = None) -> threading.Thread | None:
         return None
     thread = threading.Thread(target=_sweep_forever, args=(interval, stop or threading.Event()), name="kb-sweeper",
                               daemon=True)
+    thread.start()
+    return thread
+
+
+PRESENCE = "kb:worker-alive:{}"
+
+
+def _presence(client: Any) -> Callable[[str], bool]:
+    return lambda worker: bool(client.exists(PRESENCE.format(worker)))
+
+
+def heartbeat(client: Any, worker: str, interval: float) -> int:
+    """Say `worker` is alive for three beats, and fail the answers of the workers that stopped saying so."""
+    from chat.services import answers_of_silent_workers
+
+    silence = 3 * interval
+    client.set(PRESENCE.format(worker), "1", px=int(silence * 1000))
+    failed = answers_of_silent_workers(alive=_presence(client), before=timezone.now() - timedelta(seconds=silence))
+    if failed:
+        log.warning("failed %d answers of workers silent for %.0f s", failed, silence)
+    return failed
+
+
+def _beat_forever(worker: str, interval: float, stop: threading.Event) -> None:
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    while True:
+        try:
+            heartbeat(client, worker, interval)
+        except Exception:  # Redis or the database may be restarting: beat again next time
+            log.exception("heartbeat failed")
+        finally:
+            connection.close()
+        if stop.wait(interval):
+            return
+
+
+def start_heartbeat(worker: str, stop: threading.Event | None = None) -> threading.Thread | None:
+    """Beat every KB_WORKER_HEARTBEAT_SECONDS in a daemon thread; None when switched off (0)."""
+    interval = float(settings.KB_WORKER_HEARTBEAT_SECONDS)
+    if interval <= 0 or not worker:
+        return None
+    thread = threading.Thread(target=_beat_forever, args=(worker, interval, stop or threading.Event()),
+                              name="kb-heartbeat", daemon=True)
     thread.start()
     return thread

@@ -25,6 +25,7 @@ from django.utils import timezone
 from chat.events import group_name
 from chat.models import Message
 from chat.services import answers_expire, answers_orphaned, question_ask
+from chat.sweeper import PRESENCE, heartbeat
 from kb.library.models import Document
 from kb.library.services import document_upload, documents_requeue_stuck
 from kb.runtime import embedded
@@ -134,11 +135,13 @@ def _answer_whose_worker_dies(people: dict[str, Any], env: dict[str, str], *, wo
 def test_sigkill_the_worker_mid_answer_and_the_reader_hears_it_failed(
     corpus: dict[str, Document], people: dict[str, Any]
 ) -> None:
-    answer, _ = _answer_whose_worker_dies(people, {"KB_ANSWER_LEASE_SECONDS": "10", "KB_SWEEP_SECONDS": "1"},
+    """Killed outright, main process and all, and never started again under its name: another worker's
+    heartbeat (chat.sweeper) notices its silence and fails the answer in seconds, not after the lease."""
+    answer, _ = _answer_whose_worker_dies(people, {"KB_WORKER_HEARTBEAT_SECONDS": "1", "KB_SWEEP_SECONDS": "0"},
                                           worker={"name": "worker-killed-mid-answer"},
                                           replacement={"name": "worker-after-the-kill"})
-    assert answer.error.startswith("lease expired")
-    assert (answer.finished_at - answer.started_at).total_seconds() < 90  # within the lease and a sweep or two
+    assert answer.error.startswith("worker lost (worker-killed-mid-answer"), answer.error
+    assert (answer.finished_at - answer.started_at).total_seconds() < 60  # the lease is 420 s
 
 
 @pytest.mark.slow
@@ -171,6 +174,32 @@ def test_only_answers_the_worker_claimed_before_it_started_are_orphans(people: d
     statuses = dict(Message.objects.filter(pk__in=answers.values()).values_list("pk", "status"))
     assert {key: statuses[pk] for key, pk in answers.items()} == {
         "died with it": "failed", "another worker's": "running", "claimed since": "running", "no worker named": "running"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_only_running_answers_of_silent_workers_claimed_before_their_silence_fail(people: dict[str, Any]) -> None:
+    import redis
+    from django.conf import settings
+
+    now = timezone.now()
+    answers = {}
+    for key, worker, claimed, status in (("silent", "gone@host", now - timedelta(seconds=30), "running"),
+                                         ("alive", "here@host", now - timedelta(seconds=30), "running"),
+                                         ("just claimed", "gone@host", now, "running"),
+                                         ("queued", "", now - timedelta(seconds=30), "pending")):
+        answer = question_ask(user=people["alice"], question=key, enqueue=False).answer
+        Message.objects.filter(pk=answer.pk).update(status=status, worker=worker, started_at=claimed)
+        answers[key] = answer.pk
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    client.delete(PRESENCE.format("gone@host"))
+    assert heartbeat(client, "here@host", 5.0) == 1  # says here@host is alive, then sweeps
+    assert client.pttl(PRESENCE.format("here@host")) > 14_000
+    assert heartbeat(client, "here@host", 5.0) == 0
+    statuses = dict(Message.objects.filter(pk__in=answers.values()).values_list("pk", "status"))
+    assert {key: statuses[pk] for key, pk in answers.items()} == {
+        "silent": "failed", "alive": "running", "just claimed": "running", "queued": "pending"}
+    assert Message.objects.get(pk=answers["silent"]).error.startswith("worker lost (gone@host stopped)")
+    client.delete(PRESENCE.format("here@host"))
 
 
 @pytest.mark.slow
