@@ -44,10 +44,15 @@ def _resting() -> bool:
 
 
 def rest(reason: BaseException) -> None:
-    """Keep reads off the replica for KB_REPLICA_RETRY_SECONDS."""
+    """Keep reads off the replica for KB_REPLICA_RETRY_SECONDS, and drop this thread's connection to it: the
+    next try opens a new one (a worker may go on for hours without a request's end to close a broken one)."""
     global _resting_until
     with _lock:
         _resting_until = time.monotonic() + settings.KB_REPLICA_RETRY_SECONDS
+    try:
+        connections[REPLICA].close()
+    except DatabaseError:
+        pass  # already broken: closing it is all that was wanted
     log.warning("retrieval reads the primary for %.0f s: the replica failed (%s)", settings.KB_REPLICA_RETRY_SECONDS,
                 str(reason).strip().splitlines()[0] if str(reason).strip() else type(reason).__name__)
 

