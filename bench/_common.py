@@ -100,21 +100,12 @@ def session_cookie(user: Any) -> str:
     return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
 
 
-class AppServer:
-    """Daphne and make run's two workers (kb.runtime.launcher.workers) against this database, stopped by `stop()`."""
+class Processes:
+    """Children started in their own sessions, logging to one file, all stopped by `stop()`."""
 
-    def __init__(self, env: dict[str, str]) -> None:
-        from kb.runtime.embedded import free_port
-        from kb.runtime.launcher import query_environment, wait_for_port, web_argv, workers
-
-        self.port = free_port()
+    def __init__(self) -> None:
         self.log = Path(tempfile.mkdtemp(prefix="kb-bench-server-")) / "server.log"  # kept for a failed run
         self.children: list[subprocess.Popen[bytes]] = []
-        self.web = self._spawn(web_argv("127.0.0.1", self.port), {**env, **query_environment()})
-        self.workers = {worker.queue: self._spawn(worker.argv(), {**env, **worker.env}, worker.niceness)
-                        for worker in workers()}
-        wait_for_port("127.0.0.1", self.port, 120, self.web)
-        self._wait_for_workers(len(self.workers))
 
     def _spawn(self, argv: list[str], env: dict[str, str], niceness: int = 0) -> subprocess.Popen[bytes]:
         with open(self.log, "ab") as log:
@@ -143,6 +134,22 @@ class AppServer:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+class AppServer(Processes):
+    """Daphne and make run's two workers (kb.runtime.launcher.workers) against this database, stopped by `stop()`."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        from kb.runtime.embedded import free_port
+        from kb.runtime.launcher import query_environment, wait_for_port, web_argv, workers
+
+        super().__init__()
+        self.port = free_port()
+        self.web = self._spawn(web_argv("127.0.0.1", self.port), {**env, **query_environment()})
+        self.workers = {worker.queue: self._spawn(worker.argv(), {**env, **worker.env}, worker.niceness)
+                        for worker in workers()}
+        wait_for_port("127.0.0.1", self.port, 120, self.web)
+        self._wait_for_workers(len(self.workers))
 
 
 # Outer half: scratch database ---------------------------------------------------------------

@@ -27,15 +27,21 @@ HOSTILE_DOC = HOSTILE_MD + (
 )
 
 
-@pytest.fixture
-def paced_worker(monkeypatch: pytest.MonkeyPatch, transactional_db: None) -> Iterator[Any]:
-    """A real Celery worker whose answers come at a readable pace (see paced_backend.py)."""
-    monkeypatch.setenv("KB_ANSWER_BACKEND", "tests.web.paced_backend.PacedExtractive")
-    worker = start_worker("celery-web-ask")
+@pytest.fixture(scope="module")
+def _paced_worker_process(django_db_setup: None) -> Iterator[Any]:
+    """Started once for the module (a worker takes ~25 s to start here): the other tests of the module
+    produce their answers in this process and queue nothing it could take."""
+    worker = start_worker("celery-web-ask", KB_ANSWER_BACKEND="tests.web.paced_backend.PacedExtractive")
     try:
         yield worker
     finally:
         stop_process(worker)
+
+
+@pytest.fixture
+def paced_worker(transactional_db: None, _paced_worker_process: Any) -> Any:
+    """A real Celery worker whose answers come at a readable pace (see paced_backend.py)."""
+    return _paced_worker_process
 
 
 def answered(user: Any, question: str) -> Any:
