@@ -106,7 +106,9 @@ def state() -> dict[str, Any]:
     try:
         behind = not caught_up()
         with connections[REPLICA].cursor() as cursor:
-            cursor.execute("SELECT extract(epoch FROM now() - pg_last_xact_replay_timestamp())")
+            # Since the last replayed commit, unless everything received is replayed: an idle primary is no lag.
+            cursor.execute("SELECT CASE WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 "
+                           "ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END")
             row = cursor.fetchone()
     except DatabaseError as exc:
         return {"replica": f"unreachable ({type(exc).__name__})", "reads": PRIMARY}
