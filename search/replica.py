@@ -66,9 +66,10 @@ def access_lsn(alias: str) -> str:
     return str(row[0])
 
 
-def caught_up() -> bool:
-    """Whether the replica has replayed every access change the primary has committed."""
-    primary = access_lsn(PRIMARY)
+def caught_up(primary: str | None = None) -> bool:
+    """Whether the replica has replayed every access change the primary has committed (`primary`: the
+    primary's `access_lsn`, read by the caller)."""
+    primary = primary or access_lsn(PRIMARY)
     with connections[REPLICA].cursor() as cursor:
         cursor.execute(f"SELECT ({_LSN}) >= %s::pg_lsn", [primary])
         row = cursor.fetchone()
@@ -79,8 +80,9 @@ def read_alias() -> str:
     """Where retrieval may read now: the replica when it is configured, answering and caught up, else the primary."""
     if not configured() or _resting():
         return PRIMARY
+    primary = access_lsn(PRIMARY)  # outside the try: a failing primary is not the replica's fault
     try:
-        return REPLICA if caught_up() else PRIMARY
+        return REPLICA if caught_up(primary) else PRIMARY
     except DatabaseError as exc:
         rest(exc)
         return PRIMARY
@@ -103,8 +105,9 @@ def state() -> dict[str, Any]:
     down (reads go to the primary), so this never fails the check."""
     if not configured():
         return {"replica": "none", "reads": PRIMARY}
+    primary = access_lsn(PRIMARY)
     try:
-        behind = not caught_up()
+        behind = not caught_up(primary)
         with connections[REPLICA].cursor() as cursor:
             # Since the last replayed commit, unless everything received is replayed: an idle primary is no lag.
             cursor.execute("SELECT CASE WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 "

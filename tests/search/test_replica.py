@@ -100,7 +100,7 @@ def test_a_revocation_holds_at_once_while_the_replica_lags(standby: embedded.Ser
 
         # Reading the lagging replica as if it were current is the leak this rule prevents.
         with monkeypatch.context() as patched:
-            patched.setattr(replica, "caught_up", lambda: True)
+            patched.setattr(replica, "caught_up", lambda primary=None: True)
             assert found(alice, document)
     finally:
         on_standby(standby, "SELECT pg_wal_replay_resume()")
