@@ -7,6 +7,11 @@ LOCK := requirements.lock
 
 .PHONY: run test lint lock install chromium clean
 
+# Python keeps the bytecode of what it imports, whatever the environment says (PYTHONDONTWRITEBYTECODE, set on
+# some machines, and uv installs none): otherwise every process started here (each worker, web server,
+# extraction child, `manage.py`) compiles ~1,200 modules from source, ~3.5 s of CPU before it does anything.
+unexport PYTHONDONTWRITEBYTECODE
+
 UV := $(VENV)/bin/uv
 
 $(PY):

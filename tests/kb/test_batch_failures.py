@@ -69,7 +69,10 @@ def test_real_files_of_every_new_format_are_indexed_and_broken_ones_fail_alone(d
 
     from tests.kb.test_formats import FIXTURES, MEMO_RTF, epub_book, truncated
 
-    good = sorted(p.name for p in FIXTURES.iterdir() if p.suffix != ".md" and p.name != "docutils-utf-16.csv")
+    # The real EPUB (a whole book: 293k characters, ~45 s of embedding) is read in test_formats; here the
+    # EPUB reader goes through the pipeline with a small book of our own (manual.epub).
+    left_out = {"docutils-utf-16.csv", "epubcheck-childrens-literature.epub"}
+    good = sorted(p.name for p in FIXTURES.iterdir() if p.suffix != ".md" and p.name not in left_out)
     for name in good:
         shutil.copy(FIXTURES / name, tmp_path / name)
     (tmp_path / "manual.epub").write_bytes(epub_book())
