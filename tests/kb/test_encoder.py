@@ -50,13 +50,13 @@ def test_passage_vectors_pieces_and_ids_are_sentence_transformers_bit_for_bit(
     bf16 = precision == "bf16"
     # A CPU without native bf16 (AVX2 only) emulates it ~5x slower than fp32: there the same cases (several
     # batches, padding, the window, non-Latin, empty) come from 14 paragraphs in batches of 8.
-    batch = 8 if bf16 else embedding.BATCH_SIZE
-    monkeypatch.setattr(embedding, "BATCH_SIZE", batch)
-    texts = _texts(paragraphs=14 if bf16 else 90)
+    size = 8 if bf16 else embedding.BATCH_SIZE
+    monkeypatch.setattr(embedding, "BATCH_SIZE", size)
+    texts = _texts(paragraphs=14 if bf16 else 40)
     with torch.autocast("cpu", dtype=torch.bfloat16 if bf16 else torch.float32, enabled=bf16):
-        expected = reference.encode(texts, batch_size=batch, normalize_embeddings=True, convert_to_numpy=True,
+        expected = reference.encode(texts, batch_size=size, normalize_embeddings=True, convert_to_numpy=True,
                                     show_progress_bar=False)
-        outputs = reference.encode(texts, batch_size=batch, output_value=None, show_progress_bar=False)
+        outputs = reference.encode(texts, batch_size=size, output_value=None, show_progress_bar=False)
     vectors, pieces, ids = embedding.embed_with_pieces(texts)
     assert np.array_equal(embedding.embed(texts), expected)
     assert np.array_equal(vectors, expected)
