@@ -18,8 +18,11 @@ from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS
 from tests.conftest import ROOT, service_env, start_worker, stop_process
 from tests.factories import ingested_document
 
+# Backends opened since the test's worker started (the session's worker keeps a connection of its own) whose
+# last statement wrote an answer.
 ANSWER_BACKEND = """SELECT pid, backend_start FROM pg_stat_activity
-    WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE 'UPDATE "chat_message"%%'"""
+    WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE 'UPDATE "chat_message"%%'
+    AND backend_start >= %s"""
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -90,16 +93,19 @@ def test_an_answer_pool_process_keeps_its_database_connection_and_replaces_a_dea
     from django.db import connection
 
     ingested_document(SHIPMENTS, "shipments.md")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        [(began,)] = cursor.fetchall()
     worker = start_worker("answers-keep-a-connection", queues=ANSWERS, pool="prefork", **WORKER_DATABASE)
     try:
         assert _answered(people["alice"]) == "done"
         with connection.cursor() as cursor:
-            cursor.execute(ANSWER_BACKEND)
+            cursor.execute(ANSWER_BACKEND, [began])
             first = cursor.fetchall()
         assert len(first) == 1, f"the answer's connection was not kept: {first}"
         assert _answered(people["alice"]) == "done"
         with connection.cursor() as cursor:
-            cursor.execute(ANSWER_BACKEND)
+            cursor.execute(ANSWER_BACKEND, [began])
             assert cursor.fetchall() == first  # the same backend, not a new one with the same query
             cursor.execute("SELECT pg_terminate_backend(%s)", [first[0][0]])
         assert _answered(people["alice"]) == "done"  # a killed connection is replaced, not reused
