@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
-from django.db.models.functions import Substr
+from django.db.models.functions import Length, Substr
 
 from chat.backends import Backend, BackendError, get_backend
 from chat.citations import CitationFilter, render_html
 from chat.events import ClaimPayload, Event, Timings, citation_from_source
 from chat.prompts import Source, build_prompt
-from chat.support import unsupported_claims
+from chat.support import quoted_at, unsupported_claims
 from kb.library.access import visible_documents
 from kb.library.models import Chunk, Document
+from kb.library.viewer import page_in
 from search.retrieval import Hit, SearchOptions, SearchResult, hybrid_search, reassemble
 
 ACCESS_CHANGED = (
@@ -80,6 +81,21 @@ def _canonical_slice(document_id: int, start: int, end: int) -> str:
         .first()
     )
     return text or ""
+
+
+def _pinpointed(source: Source, answer: str) -> Source:
+    """The source with the sentence the answer quotes from it located, and that sentence's page: the citation
+    link brings it into view (a cited section of a long manual runs over several pages)."""
+    found = quoted_at(answer, source.number, source.text)
+    if found is None:
+        return source
+    start, end = source.start + found[0], source.start + found[1]
+    page = None
+    if source.page is not None:
+        stored = (Document.objects.filter(pk=source.document_id).annotate(length=Length("canonical_text"))
+                  .values_list("pages", "length").first())
+        page = page_in(stored[0], stored[1], start) if stored else None
+    return replace(source, focus=(start, end, page))
 
 
 NOT_FOUND = "I couldn't find this in the documents you can read, so I won't guess."
@@ -223,7 +239,7 @@ def _answered(record: AnswerRecord, *, user: Any, question: str, message: int, r
         yield {"type": "error", "message": message, "error": ACCESS_CHANGED}
         return
     by_number = {s.number: s for s in sources}
-    cited = [by_number[n] for n in sorted(stream.cited)]
+    cited = [_pinpointed(by_number[n], stream.text) for n in sorted(stream.cited)]
     yield {"type": "citations", "message": message, "citations": [citation_from_source(s) for s in cited]}
     # A claim as found is a ClaimPayload with no verdict yet (mypy cannot widen to the optional keys).
     unsupported = cast(list[ClaimPayload], unsupported_claims(stream.text, {s.number: s.text for s in cited}))

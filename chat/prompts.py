@@ -66,10 +66,16 @@ class Source:
     distance: float
     audience: str = CONCEPT
     parts: int = 1  # > 1: a split section, all its parts in order
+    focus: tuple[int, int, int | None] | None = None  # (start, end, page) of the sentence the answer quotes
 
     @property
     def link(self) -> str:
-        return passage_link(self.document_id, self.start, self.end, self.page)
+        """The whole source highlighted; where the answer quotes a sentence of it, that sentence in view, and
+        its page the one the PDF opens at (a section of a long manual may begin pages before)."""
+        if self.focus is None:
+            return passage_link(self.document_id, self.start, self.end, self.page)
+        start, end, page = self.focus
+        return passage_link(self.document_id, self.start, self.end, page or self.page, focus=(start, end))
 
 
 @dataclass(frozen=True)

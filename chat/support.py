@@ -120,6 +120,27 @@ def cited_sentences(text: str) -> list[tuple[int, int]]:
     return [(a, b) for a, b in claim_spans(text) if MARKER.search(text, a, b)]
 
 
+SPACED_MARKER = re.compile(r"\s*" + MARKER.pattern)  # "the office [1]." is the quote's "the office."
+QUOTED_MIN = 20  # characters: a cited sentence shorter than this is too common to place in its source
+
+
+def quoted_at(answer: str, number: int, quote: str) -> tuple[int, int] | None:
+    """Where in `quote` the first sentence of `answer` that cites [number] stands word for word, whitespace
+    aside (an extractive answer copies its sentences; a trailing "…" marks one cut short); None where no
+    such sentence is found there, as for a model's paraphrase."""
+    for start, end in cited_sentences(answer):
+        sentence = answer[start:end]
+        if number not in {int(n) for n in MARKER.findall(sentence)}:
+            continue
+        claim = SPACED_MARKER.sub("", sentence).strip().removesuffix("…").strip()
+        if len(claim) < QUOTED_MIN:
+            continue
+        found = re.search(r"\s+".join(map(re.escape, claim.split())), quote)
+        if found:
+            return found.span()
+    return None
+
+
 def unsupported_claims(text: str, quotes: Mapping[int, str]) -> list[UnsupportedClaim]:
     """The cited sentences of `text` that the rule finds unsupported by their quotes (number → quote text)."""
     out: list[UnsupportedClaim] = []

@@ -214,9 +214,12 @@ def filename_title(filename: str) -> str:
     return filename.rsplit(".", 1)[0].replace("-", " ").replace("_", " ") or "untitled"
 
 
-def passage_link(document_id: int, start: int, end: int, page: int | None) -> str:
-    """The viewer's locator of a passage: the character range, plus the page for paged sources (kb/library/viewer.py)."""
-    return f"/documents/{document_id}/#char={start},{end}" + (f"&page={page}" if page else "")
+def passage_link(document_id: int, start: int, end: int, page: int | None,
+                 focus: tuple[int, int] | None = None) -> str:
+    """The viewer's locator of a passage: the character range, plus the page for paged sources and the range
+    of the sentence to bring into view, where one is known (kb/library/static/kb/viewer.js)."""
+    return (f"/documents/{document_id}/#char={start},{end}" + (f"&page={page}" if page else "")
+            + (f"&focus={focus[0]},{focus[1]}" if focus else ""))
 
 
 class Chunk(models.Model):

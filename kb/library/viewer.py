@@ -462,7 +462,12 @@ def render_document(document: Document, *, highlight: tuple[int, int] | None = N
 
 def page_of(document: Document, offset: int) -> int | None:
     """The 1-based page holding `offset`, for paged sources."""
-    for number, (start, end) in enumerate(_page_ranges(document.pages, len(document.canonical_text or "")), start=1):
+    return page_in(document.pages, len(document.canonical_text or ""), offset)
+
+
+def page_in(pages: Any, length: int, offset: int) -> int | None:
+    """The 1-based page holding `offset`, from a document's stored `pages` and its text's length."""
+    for number, (start, end) in enumerate(_page_ranges(pages, length), start=1):
         if start <= offset < end or (offset == end and start == end):
             return number
     return None

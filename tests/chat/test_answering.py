@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 from datetime import timedelta
 from typing import Any
@@ -49,7 +50,12 @@ def test_events_come_in_order_and_every_quote_is_the_chunks_content(corpus: dict
     for c in citations:
         chunk = Chunk.objects.get(pk=c["chunk_id"])
         assert c["quote"] == chunk.content
-        assert c["link"] == f"/documents/{chunk.document_id}/#char={chunk.start},{chunk.end}"
+        base = f"/documents/{chunk.document_id}/#char={chunk.start},{chunk.end}"
+        focus = re.fullmatch(re.escape(base) + r"&focus=(\d+),(\d+)", c["link"])  # the sentence quoted from it
+        assert focus, c["link"]
+        start, end = map(int, focus.groups())
+        unmarked = re.sub(r"\s*\[\d+\]", "", done["text"])
+        assert chunk.start <= start < end <= chunk.end and chunk.document.canonical_text[start:end] in unmarked
         assert c["label"] == chunk.breadcrumb and c["document_title"] == chunk.document.title
     assert '<a class="cite" href="/documents/' in done["html"]
     timings = done["timings"]

@@ -7,6 +7,7 @@ reassembled into the source and each of its sentences aligned with every part.
 
 from __future__ import annotations
 
+import re
 import textwrap
 import time
 from typing import Any
@@ -52,4 +53,10 @@ def test_an_answer_from_a_500_page_manual_takes_under_a_second(people: dict[str,
     at = document.canonical_text.index(NEEDLE[:40])
     [cited] = [c for c in answer.citations.all() if c.start <= at < c.end]  # the passage it quotes is cited
     assert cited.page is not None and cited.page <= NEEDLE_PAGE and cited.end - cited.start < 10_000  # not the manual
+    # Its link keeps the passage highlighted and brings the quoted sentence into view, on the sentence's page.
+    link = re.fullmatch(rf"/documents/{document.pk}/#char={cited.start},{cited.end}&page=(\d+)&focus=(\d+),(\d+)",
+                        cited.link)
+    assert link, cited.link
+    page, start, end = map(int, link.groups())
+    assert (page, start) == (NEEDLE_PAGE, at) and " ".join(document.canonical_text[start:end].split()) == NEEDLE
     assert seconds < 1.0, f"the answer took {seconds:.2f} s"

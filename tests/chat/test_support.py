@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chat.citations import render_html
-from chat.support import claim_spans, unsupported_claims
+from chat.support import claim_spans, quoted_at, unsupported_claims
 
 QUOTES = {
     1: "Exports larger than 50,000 rows are emailed to you as a link instead of downloading at once.",
@@ -53,3 +53,23 @@ def test_an_unsupported_sentence_is_marked_subtly_in_the_html() -> None:
     assert 'not found in source [1]</small>' in html
     assert html.index("Exports are kept") > html.index('<span class="unsupported"')
     assert "\ue000" not in html and "\ue001" not in html
+
+
+def test_the_quoted_sentence_is_found_in_its_source_whitespace_aside_and_only_for_its_own_number() -> None:
+    quote = ("Carriers file their notes by date.\nThe spare keys of the cold store are kept in the grey\n"
+             "cabinet behind the loading office. Nothing else is kept there.")
+    answer = ("Keys are an everyday matter [2]. The spare keys of the cold store are kept in the grey cabinet "
+              "behind the loading office [1]. Ask the shift lead [1].")
+    start, end = quoted_at(answer, 1, quote) or (0, 0)
+    assert quote[start:end] == ("The spare keys of the cold store are kept in the grey\n"
+                                "cabinet behind the loading office.")
+    assert quoted_at(answer.replace("office [1].", "office. [1]"), 1, quote) == (start, end)
+    assert quoted_at(answer, 2, quote) is None  # [2]'s sentence is not in this quote
+    assert quoted_at("The spare keys of the cold store are kept in the grey cabinet … [1]", 1, quote) == (
+        quote.index("The spare"), quote.index(" behind"))  # a sentence cut short is found by what it kept
+
+
+def test_a_paraphrase_or_a_short_common_sentence_is_not_placed() -> None:
+    quote = "Yes. The spare keys of the cold store are kept in the grey cabinet behind the loading office."
+    assert quoted_at("The cold store's spare keys sit in a grey cabinet by the loading office [1].", 1, quote) is None
+    assert quoted_at("Yes. [1]", 1, quote) is None

@@ -234,6 +234,37 @@ def test_a_passage_across_a_page_break_is_highlighted_on_both_pages(open_page: A
     assert "on pages 1–2" in page.locator("#passage-label").inner_text()
 
 
+def test_a_quoted_sentence_on_a_later_page_of_its_passage_is_brought_into_view(open_page: Any, people: dict[str, Any]) -> None:
+    """A citation's `&focus=` (the sentence the answer quotes): the whole passage stays highlighted, the
+    sentence is marked more strongly and shown, and the PDF opens at its page."""
+    from tests.kb.test_pdf_pages import ANSWER, answer_across_a_page_break
+
+    document = ingested_document(answer_across_a_page_break(), "handbook.pdf")
+    text = document.canonical_text
+    start = text.index("ZX-4412-QUARTZ")  # page 2: the answer sentence runs on across the page break
+    end = text.index("quarter.", start) + len("quarter.")
+    chunk = next(c for c in document.chunks.order_by("ordinal") if ANSWER[:30] in c.content)
+    assert chunk.page == 1 and chunk.start < document.pages[1][0] <= start < end <= chunk.end
+    page = open_page(people["carol"])
+    page.set_viewport_size({"width": 900, "height": 240})  # a few lines: the sentence needs a scroll
+    page.goto(f"/documents/{document.pk}/#char={chunk.start},{chunk.end}&page=2&focus={start},{end}")
+    page.wait_for_selector("#doc-text mark.hl-focus")
+    assert text_of_marks(page) == chunk.content
+    focused = page.evaluate("Array.from(document.querySelectorAll('#doc-text mark.hl-focus')).map(m => m.textContent).join('')")
+    assert focused == text[start:end]
+    page.wait_for_timeout(400)  # smooth scrolling
+    assert page.evaluate(
+        """() => {
+          const m = Array.from(document.querySelectorAll('#doc-text mark.hl-focus')).find(x => x.getClientRects().length);
+          const r = m.getBoundingClientRect();
+          return r.top >= 0 && r.top < window.innerHeight;
+        }"""
+    )
+    assert not first_mark_in_view(page)  # the passage begins above, out of view
+    assert page.locator("#pdf-link").inner_text() == "Open PDF at page 2"
+    assert "on pages 1–2" in page.locator("#passage-label").inner_text()
+
+
 def test_hostile_documents_render_inert(open_page: Any, people: dict[str, Any]) -> None:
     markdown = ingested_document(HOSTILE_MD, "release-notes.md")
     html = ingested_document(HOSTILE_HTML, "hostile.html")

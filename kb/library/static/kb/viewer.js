@@ -2,7 +2,8 @@
  * text, counted in Unicode code points as Python counts them) and bring it into view.
  * The article's textContent is exactly the canonical text (see kb/library/viewer.py), so offsets are
  * found by walking its text nodes in order. `&page=N` (PDF sources) points the
- * "Open PDF" link at that page of the original. */
+ * "Open PDF" link at that page of the original. `&focus=start,end` (the sentence an answer quotes,
+ * inside the range) is marked more strongly and brought into view instead of the range's start. */
 (function () {
   "use strict";
   var root = document.getElementById("doc-text");
@@ -43,15 +44,21 @@
         try { params[decodeURIComponent(pair.slice(0, eq))] = decodeURIComponent(pair.slice(eq + 1)); } catch (e) { /* ignore */ }
       }
     });
-    var m = /^(\d+),(\d+)$/.exec(params["char"] || "");
-    var range = m ? [parseInt(m[1], 10), parseInt(m[2], 10)] : null;
-    if (range && !(range[0] < range[1] && range[1] <= length)) range = null;
+    var range = parseRange(params["char"]);
+    var focus = range && parseRange(params.focus);
+    if (focus && !(range[0] <= focus[0] && focus[1] <= range[1])) focus = null;
     var page = /^\d+$/.test(params.page || "") ? parseInt(params.page, 10) : null;
-    return { range: range, page: page };
+    return { range: range, focus: focus, page: page };
+  }
+
+  function parseRange(value) {
+    var m = /^(\d+),(\d+)$/.exec(value || "");
+    var range = m ? [parseInt(m[1], 10), parseInt(m[2], 10)] : null;
+    return range && range[0] < range[1] && range[1] <= length ? range : null;
   }
 
   function clearMarks() {
-    var marks = root.querySelectorAll("mark.hl");
+    var marks = root.querySelectorAll("mark.hl, mark.hl-focus");  // a passage's marks before those inside it
     for (var i = 0; i < marks.length; i++) {
       var mark = marks[i], parent = mark.parentNode;
       while (mark.firstChild) parent.insertBefore(mark.firstChild, mark);
@@ -60,7 +67,7 @@
     }
   }
 
-  function markRange(a, b) {
+  function markRange(a, b, className) {
     var walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
     var pos = 0, hits = [], node;
     while ((node = walker.nextNode())) {
@@ -75,20 +82,21 @@
       if (from > 0) text = text.splitText(from);
       if (to - from < text.data.length) text.splitText(to - from);
       var mark = document.createElement("mark");
-      mark.className = "hl";
+      mark.className = className;
       text.parentNode.insertBefore(mark, text);
       mark.appendChild(text);
     });
   }
 
-  function visibleMarks() {
-    return Array.prototype.filter.call(root.querySelectorAll("mark.hl"), function (m) {
+  function visibleMarks(selector) {
+    return Array.prototype.filter.call(root.querySelectorAll(selector), function (m) {
       return m.getClientRects().length > 0;
     });
   }
 
   function reveal(smooth) {
-    var marks = visibleMarks();
+    var marks = visibleMarks("mark.hl-focus");
+    if (!marks.length) marks = visibleMarks("mark.hl");
     if (!marks.length) return;
     marks[0].classList.add("hl-first");
     marks[0].scrollIntoView({ block: "center", behavior: smooth ? "smooth" : "auto" });
@@ -110,7 +118,8 @@
     var target = parseHash();
     if (target.range) {
       clearMarks();
-      markRange(target.range[0], target.range[1]);
+      markRange(target.range[0], target.range[1], "hl");
+      if (target.focus) markRange(target.focus[0], target.focus[1], "hl-focus");
     } else if (target.page) {
       clearMarks();
       if (bar) bar.hidden = true;
@@ -125,10 +134,11 @@
       }
       return;
     }
-    var page = target.page || pageOf(marks[0]);
+    var first = pageOf(marks[0]) || target.page;
     // A passage may run on across a page break: name both pages then.
     var last = pageOf(marks[marks.length - 1]);
-    var where = !page ? "" : last && last !== page ? " on pages " + page + "–" + last : " on page " + page;
+    var where = !first ? "" : last && last !== first ? " on pages " + first + "–" + last : " on page " + first;
+    var page = target.page || first;  // where the quoted sentence is, when the link says
     if (bar) {
       bar.hidden = false;
       label.textContent = "Showing the cited passage" + where + ".";
