@@ -34,6 +34,7 @@ NOTICE = "Written by a small local model (SmolLM2-135M) that may be wrong: check
 # One model per process, used by one answer at a time: generate() is not re-entrant on
 # shared weights, and two answers at once would only halve each other's speed.
 _generation_lock = threading.Lock()
+_patch_lock = threading.Lock()  # _gguf_parsed_once
 
 
 def gguf_location(configured: str = "") -> tuple[Path, str]:
@@ -80,17 +81,19 @@ def load(configured: str = "") -> tuple[Any, Any]:
 def _gguf_parsed_once() -> Iterator[None]:
     """transformers parses the GGUF file's metadata three times (tokenizer, config, weights), field by field,
     and builds the same tensor-name map once per module of the model (397 times): two thirds of a load.
-    While loading, the `gguf` package hands out one reader per file and one map per architecture."""
+    While loading, the `gguf` package hands out one reader per file and one map per architecture; one load at
+    a time, so two first answers at once cannot leave the package with another load's wrappers."""
     import gguf
 
-    originals = {name: getattr(gguf, name) for name in ("GGUFReader", "get_tensor_name_map")}
-    for name, original in originals.items():
-        setattr(gguf, name, functools.cache(original))
-    try:
-        yield
-    finally:
+    with _patch_lock:
+        originals = {name: getattr(gguf, name) for name in ("GGUFReader", "get_tensor_name_map")}
         for name, original in originals.items():
-            setattr(gguf, name, original)
+            setattr(gguf, name, functools.cache(original))
+        try:
+            yield
+        finally:
+            for name, original in originals.items():
+                setattr(gguf, name, original)
 
 
 class _Stop:
