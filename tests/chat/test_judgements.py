@@ -267,10 +267,11 @@ def test_judged_questions_export_as_an_evaluation_set_without_what_the_exporter_
     people["dave"].is_staff = True
     people["dave"].save()
     people["dave"].user_permissions.add(Permission.objects.get(codename="export_judgement"))
-    questions, ood, _ = export(tmp_path / "dave", "dave")
+    questions, ood, summary = export(tmp_path / "dave", "dave")
     assert_set_shaped(questions, ood)
     docs = {row["gt"]: row["doc"] for row in questions}
-    assert docs[f"j{secret.pk}"] == docs[f"j{named_secret.pk}"] == "engineering/vault.md"
+    # Once (CI, under load) one of these two was missing; the summary says which row was left out and why.
+    assert docs.get(f"j{secret.pk}") == docs.get(f"j{named_secret.pk}") == "engineering/vault.md", (docs, summary)
     assert "ZX-4412-QUARTZ" in {row["gt"]: row["needle"] for row in questions}[f"j{secret.pk}"]
 
     # --since: only verdicts given since then.
