@@ -6,6 +6,7 @@ cap, HTML of any size became one tree, and tasks had no time limits.
 
 from __future__ import annotations
 
+import functools
 import io
 import zipfile
 
@@ -16,6 +17,7 @@ from kb.library.ingest import extract
 from kb.library.ingest.extract import DOCX, HTML, PDF, ExtractionError
 
 
+@functools.cache  # ~2 s to deflate; test_zoo builds its specimens from it at import
 def docx_bomb(unpacked: int) -> bytes:
     """A valid-looking package whose document part inflates to `unpacked` bytes of zeros."""
     buffer = io.BytesIO()

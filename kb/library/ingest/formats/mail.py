@@ -7,10 +7,8 @@ part; attachments are listed by name, type and size, never opened.
 
 from __future__ import annotations
 
-import email
-import email.policy
 from collections.abc import Iterator
-from email.message import EmailMessage, MIMEPart
+from typing import TYPE_CHECKING
 
 from kb.library.ingest.canonical import (
     EML,
@@ -25,11 +23,18 @@ from kb.library.ingest.canonical import (
     reads,
 )
 
+if TYPE_CHECKING:
+    from email.message import EmailMessage, MIMEPart
+
 _HEADERS = ("From", "To", "Cc", "Date", "Subject")
 
 
 @reads(EML)
 def extract(data: bytes, name: str, options: ReadOptions) -> Extracted:
+    import email
+    import email.policy
+    from email.message import EmailMessage
+
     message = email.message_from_bytes(data, _class=EmailMessage, policy=email.policy.default)
     if not any(message.get(h) for h in ("From", "To", "Subject", "Date", "Message-ID")):
         raise ExtractionError(f"{name}: cannot read e-mail: it has no From, To, Subject or Date header")
