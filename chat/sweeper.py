@@ -6,9 +6,10 @@ several workers sweeping at once do each thing once. It lives in chat, the top l
 because it sweeps both chat's answers and kb's documents.
 
 Beside it, each worker's heartbeat: every KB_WORKER_HEARTBEAT_SECONDS the worker renews a key
-in Redis that expires after three beats, and fails the running answers of any worker whose key
-has expired. A worker killed outright (main process and all) is noticed in about three beats,
-not after the answer's lease; a thread, not the task loop, beats, so a busy worker stays alive.
+in Redis that expires after three beats, fails the running answers of any worker whose key
+has expired and queues its documents again. A worker killed outright (main process and all) is
+noticed in about three beats, not after the answer's or the document's lease; a thread, not the
+task loop, beats, so a busy worker stays alive.
 """
 
 from __future__ import annotations
@@ -73,16 +74,24 @@ def _presence(client: Any) -> Callable[[str], bool]:
     return lambda worker: bool(client.exists(PRESENCE.format(worker)))
 
 
-def heartbeat(client: Any, worker: str, interval: float) -> int:
-    """Say `worker` is alive for three beats, and fail the answers of the workers that stopped saying so."""
+def heartbeat(client: Any, worker: str, interval: float) -> tuple[int, int]:
+    """Say `worker` is alive for three beats; fail the answers, and queue again the documents, of the workers
+    that stopped saying so. Returns (answers failed, documents queued again or failed)."""
     from chat.services import answers_of_silent_workers
+    from kb.library.services import documents_of_silent_workers
 
     silence = 3 * interval
     client.set(PRESENCE.format(worker), "1", px=int(silence * 1000))
-    failed = answers_of_silent_workers(alive=_presence(client), before=timezone.now() - timedelta(seconds=silence))
-    if failed:
-        log.warning("failed %d answers of workers silent for %.0f s", failed, silence)
-    return failed
+    if int(client.info("server")["uptime_in_seconds"]) <= silence:
+        # Redis started again lately, without the keys: a live worker may not have beaten since.
+        return 0, 0
+    before = timezone.now() - timedelta(seconds=silence)
+    failed = answers_of_silent_workers(alive=_presence(client), before=before)
+    requeued = documents_of_silent_workers(alive=_presence(client), before=before)
+    if failed or requeued:
+        log.warning("workers silent for %.0f s: failed %d answers, queued %d documents again", silence, failed,
+                    requeued)
+    return failed, requeued
 
 
 def _beat_forever(worker: str, interval: float, stop: threading.Event) -> None:

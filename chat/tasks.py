@@ -52,17 +52,19 @@ def _load_the_embedding_model(**_: Any) -> None:
 
 @worker_ready.connect
 def _start_sweeper(sender: Any = None, **_: object) -> None:
-    """Every worker heals lost work (chat.sweeper), starting with the answers it was producing when it
-    died, if it did: those its name claimed before it started; then it beats, failing the answers of
-    workers that stopped beating."""
+    """Every worker heals lost work (chat.sweeper), starting with the answers it was producing and the
+    documents it was indexing when it died, if it did: those its name claimed before it started; then it
+    beats, failing the answers and queueing again the documents of workers that stopped beating."""
     from chat.services import answers_orphaned
     from chat.sweeper import start, start_heartbeat
+    from kb.library.services import documents_orphaned
 
     controller = getattr(sender, "controller", None)  # sent by the worker's consumer; its controller is the worker
     if controller is not None:
         try:
             answers_orphaned(worker=controller.hostname, before=controller.startup_time)
+            documents_orphaned(worker=controller.hostname, before=controller.startup_time)
         except Exception:  # the database may be restarting too: their lease still ends them
-            log.exception("could not fail the answers this worker was producing when it stopped")
+            log.exception("could not end the work this worker was doing when it stopped")
         start_heartbeat(controller.hostname)
     start()

@@ -394,7 +394,8 @@ KB_INGEST_LEASE_SECONDS = env_int("KB_INGEST_LEASE_SECONDS", 600, minimum=1)  # 
 KB_INGEST_TIME_LIMIT = env_int("KB_INGEST_TIME_LIMIT", 480, minimum=1)  # seconds per document; the hard kill comes 60 s later
 KB_INGEST_MAX_ATTEMPTS = env_int("KB_INGEST_MAX_ATTEMPTS", 3, minimum=1)  # then a document that keeps killing workers fails
 KB_SWEEP_SECONDS = env_float("KB_SWEEP_SECONDS", 30.0)  # how often each worker sweeps expired work; 0: never
-# How often each worker says it is alive (in Redis); the answers of a worker silent for three times this fail (chat.sweeper)
+# How often each worker says it is alive (in Redis); a worker silent for three beats has its answers failed
+# and its documents queued again (chat.sweeper)
 KB_WORKER_HEARTBEAT_SECONDS = env_float("KB_WORKER_HEARTBEAT_SECONDS", 5.0)
 KB_STATS_REFRESH_SECONDS = env_int("KB_STATS_REFRESH_SECONDS", 10, minimum=1)  # lexical statistics refresh this long after indexing
 KB_OCR_ENABLED = env_bool("KB_OCR", True)  # read PDF pages without a text layer by OCR (seconds per page)

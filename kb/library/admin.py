@@ -153,14 +153,14 @@ class DocumentAdmin(StaffRuleMixin, admin.ModelAdmin):
     # name, re-upload rules); an edited field here would bypass all of them.
     readonly_fields = (
         "file", "pending_acl", "filename", "mime_type", "sha256", "size", "status", "failed_stage", "failure_reason", "attempts",
-        "acl", "extractor_version", "pipeline_version", "late_version", "embedding_model", "embedding_dimensions",
+        "worker", "acl", "extractor_version", "pipeline_version", "late_version", "embedding_model", "embedding_dimensions",
         "chunk_count", "token_total", "token_max", "indexed_at", "stage_timings", "warnings", "uploaded_by", "created_at",
         "updated_at",
     )
     fieldsets = (
         (None, {"fields": ("title", "file", "folder", "audience_default")}),
         ("Access", {"fields": ("inherit_access", "public", "groups", "users", "acl", "pending_acl")}),
-        ("Pipeline", {"fields": ("status", "failed_stage", "failure_reason", "attempts", "warnings")}),
+        ("Pipeline", {"fields": ("status", "failed_stage", "failure_reason", "attempts", "worker", "warnings")}),
         ("Index", {"fields": (
             "embedding_model", "embedding_dimensions", "pipeline_version", "extractor_version", "late_version",
             "chunk_count", "token_total", "token_max", "indexed_at", "stage_timings",

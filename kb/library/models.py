@@ -164,6 +164,10 @@ class Document(models.Model):
     failed_stage = models.CharField(max_length=16, blank=True)
     failure_reason = models.TextField(blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    # The Celery worker (its node name) that claimed the document's last run; blank when it ran in a process
+    # of its own (manage.py ingest). A worker that dies outright is noticed by its heartbeat (chat.sweeper),
+    # and one started again under its name queues what it was indexing at once, rather than after the lease.
+    worker = models.CharField(max_length=255, blank=True, default="")
     audience_default = models.CharField(max_length=16, choices=Audience.choices, default=Audience.AUTO, blank=True)
 
     canonical_text = models.TextField(blank=True)

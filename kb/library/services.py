@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -212,6 +212,29 @@ def document_job_lost(*, document_id: int) -> str | None:
         return None
     publish_document_status(document_id)
     return status
+
+
+def documents_orphaned(*, worker: str, before: datetime) -> int:
+    """Queue again (or fail, past KB_INGEST_MAX_ATTEMPTS) the documents `worker` was indexing when it died:
+    those in a running stage that it claimed and last moved before `before`, its start under the same name.
+    Returns how many."""
+    from kb.library.ingest.pipeline import RUNNING
+
+    if not worker:
+        return 0
+    orphans = Document.objects.filter(status__in=RUNNING, worker=worker, updated_at__lt=before)
+    return sum(document_job_lost(document_id=pk) is not None for pk in orphans.values_list("pk", flat=True))
+
+
+def documents_of_silent_workers(*, alive: Callable[[str], bool], before: datetime) -> int:
+    """documents_orphaned for every worker that has stopped saying it is alive (chat.sweeper's heartbeat), its
+    documents last moved before `before`: a worker killed outright, main process and all, may never be started
+    again under its name, and its documents would otherwise wait out the lease (KB_INGEST_LEASE_SECONDS)."""
+    from kb.library.ingest.pipeline import RUNNING
+
+    running = Document.objects.filter(status__in=RUNNING, updated_at__lt=before).exclude(worker="")
+    silent = [worker for worker in running.values_list("worker", flat=True).distinct() if not alive(worker)]
+    return sum(documents_orphaned(worker=worker, before=before) for worker in silent)
 
 
 def _fail_repeat_offenders(documents: QuerySet[Document], *, now: datetime) -> int:

@@ -16,13 +16,13 @@ from kb.celery import when_job_lost
 # _ingest_job_lost, which queues the document again or fails it after KB_INGEST_MAX_ATTEMPTS tries.
 # The document's row is the record, so the job keeps no result: sending one then needs the broker only
 # (a result would also subscribe the sender to a Redis channel per job).
-@shared_task(name="kb.ingest_document", acks_late=True, reject_on_worker_lost=False, ignore_result=True,
+@shared_task(name="kb.ingest_document", bind=True, acks_late=True, reject_on_worker_lost=False, ignore_result=True,
              soft_time_limit=settings.KB_INGEST_TIME_LIMIT, time_limit=settings.KB_INGEST_TIME_LIMIT + 60)
-def ingest_document(document_id: int) -> str:
+def ingest_document(self: Any, document_id: int) -> str:
     from kb.library.events import document_indexed
     from kb.library.ingest.pipeline import ingest
 
-    status = ingest(document_id)
+    status = ingest(document_id, worker=self.request.hostname or "")
     if status == "ready":
         document_indexed.send(sender=ingest_document, document_ids=[document_id], sync=False)
     return status

@@ -12,7 +12,7 @@ import pytest
 from django.db import transaction
 
 from kb.library.models import Chunk, Document
-from kb.library.services import document_queue_ingest, document_upload
+from kb.library.services import document_upload
 from tests.conftest import start_worker, stop_process
 
 SECTION = (
@@ -56,11 +56,17 @@ def assert_indexed_exactly_once(document: Document) -> None:
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_sigkill_during_embedding_then_retry_gives_exactly_one_set_of_chunks(request: pytest.FixtureRequest) -> None:
+def test_sigkill_the_whole_worker_during_embedding_and_another_worker_indexes_it_once_within_seconds(
+    request: pytest.FixtureRequest
+) -> None:
+    """The worker dies outright (main process and all): nothing reports the lost job, and the lease is 600 s.
+    Its heartbeat stops; another worker's (chat.sweeper) queues the document again after three beats."""
     worker = start_worker("worker-to-kill")
     try:
         document = big_document_being_embedded()
+        assert Document.objects.get(pk=document.pk).worker.startswith("worker-to-kill")
         os.killpg(worker.pid, signal.SIGKILL)
+        killed = time.monotonic()
         worker.wait(10)
     finally:
         stop_process(worker)
@@ -69,11 +75,11 @@ def test_sigkill_during_embedding_then_retry_gives_exactly_one_set_of_chunks(req
     assert status_of(document) == Document.Status.EMBEDDING  # stuck where it died...
     assert not Chunk.objects.filter(document=document).exists()  # ...with nothing half-written
 
-    request.getfixturevalue("celery_worker")  # the replacement: the session's worker, only now (it would take the first job)
-    with transaction.atomic():
-        assert document_queue_ingest(documents=Document.objects.filter(pk=document.pk)) == 1
+    request.getfixturevalue("celery_worker")  # another worker: the session's, only now (it would take the first job)
     wait_for(lambda: status_of(document) in (Document.Status.READY, Document.Status.FAILED), 240, "the retry")
+    assert time.monotonic() - killed < 120, "queued again by the lease, not the heartbeat"
     assert_indexed_exactly_once(document)
+    assert document.attempts == 2
 
 
 @pytest.mark.slow

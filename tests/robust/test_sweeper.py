@@ -27,7 +27,7 @@ from chat.models import Message
 from chat.services import answers_expire, answers_orphaned, question_ask
 from chat.sweeper import PRESENCE, heartbeat
 from kb.library.models import Document
-from kb.library.services import document_upload, documents_requeue_stuck
+from kb.library.services import document_upload, documents_orphaned, documents_requeue_stuck
 from kb.runtime import embedded
 from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS
 from tests.chat.openai_stub import StubOpenAI
@@ -176,8 +176,46 @@ def test_only_answers_the_worker_claimed_before_it_started_are_orphans(people: d
         "died with it": "failed", "another worker's": "running", "claimed since": "running", "no worker named": "running"}
 
 
-@pytest.mark.django_db(transaction=True)
-def test_only_running_answers_of_silent_workers_claimed_before_their_silence_fail(people: dict[str, Any]) -> None:
+def running_documents(cases: tuple[tuple[str, str, Any, str], ...]) -> dict[str, int]:
+    """A document per (key, worker that claimed it, when its row last moved, status)."""
+    documents = {}
+    for key, worker, moved, status in cases:
+        document = upload(f"{key}.md", SHIPMENTS.replace("Shipments", key), enqueue=False)
+        Document.objects.filter(pk=document.pk).update(status=status, worker=worker, updated_at=moved, attempts=1)
+        documents[key] = document.pk
+    return documents
+
+
+def statuses_of(documents: dict[str, int]) -> dict[str, str]:
+    found = dict(Document.objects.filter(pk__in=documents.values()).values_list("pk", "status"))
+    return {key: found[pk] for key, pk in documents.items()}
+
+
+@pytest.mark.django_db
+def test_only_documents_the_worker_claimed_before_it_started_are_orphans(django_capture_on_commit_callbacks: Any) -> None:
+    started = timezone.now()
+    documents = running_documents((("died-with-it", "a@host", started - timedelta(seconds=5), "embedding"),
+                                   ("another-workers", "b@host", started - timedelta(seconds=5), "extracting"),
+                                   ("moved-since", "a@host", started + timedelta(seconds=1), "embedding"),
+                                   ("in-process", "", started - timedelta(seconds=5), "chunking"),
+                                   ("finished", "a@host", started - timedelta(seconds=5), "ready")))
+    with django_capture_on_commit_callbacks() as queued:
+        assert documents_orphaned(worker="a@host", before=started) == 1
+        assert documents_orphaned(worker="", before=started) == 0
+    assert len(queued) == 1
+    assert statuses_of(documents) == {"died-with-it": "queued", "another-workers": "extracting",
+                                      "moved-since": "embedding", "in-process": "chunking", "finished": "ready"}
+
+
+def redis_up_for(client: Any, seconds: float) -> None:
+    """Until the session's Redis has run `seconds` (another test may have just restarted it)."""
+    wait_for(lambda: int(client.info("server")["uptime_in_seconds"]) > seconds, seconds + 5, "Redis's uptime")
+
+
+@pytest.mark.django_db
+def test_only_running_work_of_silent_workers_from_before_their_silence_is_failed_or_queued_again(
+    people: dict[str, Any], django_capture_on_commit_callbacks: Any
+) -> None:
     import redis
     from django.conf import settings
 
@@ -190,15 +228,24 @@ def test_only_running_answers_of_silent_workers_claimed_before_their_silence_fai
         answer = question_ask(user=people["alice"], question=key, enqueue=False).answer
         Message.objects.filter(pk=answer.pk).update(status=status, worker=worker, started_at=claimed)
         answers[key] = answer.pk
+    documents = running_documents((("silent", "gone@host", now - timedelta(seconds=30), "embedding"),
+                                   ("alive", "here@host", now - timedelta(seconds=30), "extracting"),
+                                   ("just-moved", "gone@host", now, "embedding"),
+                                   ("in-process", "", now - timedelta(seconds=30), "chunking")))
     client = redis.Redis.from_url(settings.REDIS_URL)
     client.delete(PRESENCE.format("gone@host"))
-    assert heartbeat(client, "here@host", 5.0) == 1  # says here@host is alive, then sweeps
-    assert client.pttl(PRESENCE.format("here@host")) > 14_000
-    assert heartbeat(client, "here@host", 5.0) == 0
+    redis_up_for(client, 15)
+    with django_capture_on_commit_callbacks() as queued:
+        assert heartbeat(client, "here@host", 5.0) == (1, 1)  # says here@host is alive, then sweeps
+        assert client.pttl(PRESENCE.format("here@host")) > 14_000
+        assert heartbeat(client, "here@host", 5.0) == (0, 0)
+    assert len(queued) == 1  # the silent worker's document, sent to the ingest queue once
     statuses = dict(Message.objects.filter(pk__in=answers.values()).values_list("pk", "status"))
     assert {key: statuses[pk] for key, pk in answers.items()} == {
         "silent": "failed", "alive": "running", "just claimed": "running", "queued": "pending"}
     assert Message.objects.get(pk=answers["silent"]).error.startswith("worker lost (gone@host stopped)")
+    assert statuses_of(documents) == {"silent": "queued", "alive": "extracting", "just-moved": "embedding",
+                                      "in-process": "chunking"}
     client.delete(PRESENCE.format("here@host"))
 
 
@@ -245,15 +292,24 @@ def test_sigkill_a_pool_process_mid_answer_and_the_reader_hears_it_at_once(
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_redis_restart_loses_no_queued_work(people: dict[str, Any]) -> None:
+    import redis
+    from django.conf import settings
+
     with transaction.atomic():
         documents = [upload(f"restart-{n}.md", SHIPMENTS.replace("Shipments", f"Shipments {n}"), public=True)
                      for n in range(3)]
         answer = question_ask(user=people["alice"], question=EXPORT_QUESTION).answer
+    # And one a worker was indexing when it died, before the restart: no heartbeat says it is alive.
+    [orphan] = running_documents((("orphan", "died-before-the-restart@host", timezone.now() - timedelta(seconds=30),
+                                   "embedding"),)).values()
     embedded.stop_redis()  # SIGTERM: the append-only file is flushed, as on any clean restart
     assert embedded.start_redis().started_here
+    # Every presence key went with the restart: until live workers have beaten again, none is taken for dead.
+    assert heartbeat(redis.Redis.from_url(settings.REDIS_URL), "just-restarted@host", 5.0) == (0, 0)
+    assert Document.objects.get(pk=orphan).status == Document.Status.EMBEDDING
     worker = start_worker("worker-after-redis-restart")
     try:
-        ids = [d.pk for d in documents]
+        ids = [d.pk for d in documents] + [orphan]  # the orphan: queued again by the new worker's heartbeat
         wait_for(lambda: set(Document.objects.filter(pk__in=ids).values_list("status", flat=True)) == {"ready"},
                  180, "the queued documents")
         wait_for(lambda: Message.objects.get(pk=answer.pk).status in Message.FINISHED, 120, "the queued answer")

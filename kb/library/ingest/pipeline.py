@@ -43,12 +43,13 @@ def abandoned() -> Q:
     return Q(status__in=RUNNING, updated_at__lt=lease)
 
 
-def _claim(document_id: int) -> bool:
-    """Take the document for this worker. False when another worker holds it or it is done."""
+def _claim(document_id: int, worker: str) -> bool:
+    """Take the document for `worker` (a Celery node name, or blank). False when another worker holds it or it is done."""
     claimable = Q(status__in=[Document.Status.QUEUED, Document.Status.FAILED]) | abandoned()
     return bool(
         Document.objects.filter(claimable, pk=document_id).update(
             status=Document.Status.EXTRACTING,
+            worker=worker,
             attempts=F("attempts") + 1,
             failed_stage="",
             failure_reason="",
@@ -72,9 +73,10 @@ def _status(document_id: int) -> str:
     return str(Document.objects.filter(pk=document_id).values_list("status", flat=True).first() or "missing")
 
 
-def ingest(document_id: int) -> str:
-    """Index one document; returns its final status. Safe to call twice (the second call is a no-op)."""
-    if not _claim(document_id):
+def ingest(document_id: int, *, worker: str = "") -> str:
+    """Index one document; returns its final status. Safe to call twice (the second call is a no-op).
+    `worker`: the Celery node running it, whose heartbeat vouches for the claim (chat.sweeper)."""
+    if not _claim(document_id, worker):
         return _status(document_id)
     publish_document_status(document_id)
     # The file and the version come from one read of the row, so they always belong together.
