@@ -8,7 +8,6 @@ from typing import Any
 from kb.library.ingest.pipeline import ingest
 from kb.library.models import Document
 from kb.library.services import document_upload
-from search.stats import lexeme_stats_refresh
 
 
 def uploaded_document(text: str | bytes, name: str = "guide.md", **access: Any) -> Document:
@@ -18,11 +17,8 @@ def uploaded_document(text: str | bytes, name: str = "guide.md", **access: Any) 
 
 
 def ingested_document(text: str | bytes, name: str = "guide.md", **access: Any) -> Document:
-    """Uploaded and indexed by the real pipeline, then the corpus statistics refreshed as a worker refreshes them
-    after indexing (otherwise ranking would weigh words by whatever an earlier test left committed); fails the
-    test unless it ends READY."""
+    """Uploaded and indexed by the real pipeline; fails the test unless it ends READY."""
     document = uploaded_document(text, name, **access)
     assert ingest(document.pk) == Document.Status.READY, Document.objects.get(pk=document.pk).failure_reason
-    lexeme_stats_refresh()
     document.refresh_from_db()  # ingestion sets the title, canonical text and counts
     return document
