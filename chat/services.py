@@ -223,7 +223,7 @@ def answers_of_silent_workers(*, alive: Callable[[str], bool], before: datetime)
     may never be started again under its name; its readers would otherwise wait out the whole lease."""
     running = Message.objects.filter(role=Message.Role.ASSISTANT, status=Message.Status.RUNNING,
                                      started_at__lt=before).exclude(worker="")
-    silent = [worker for worker in running.values_list("worker", flat=True).distinct() if not alive(worker)]
+    silent = [worker for worker in running.values_list("worker", flat=True).order_by().distinct() if not alive(worker)]
     return sum(_fail_lost(pk, conversation_id, Message.Status.RUNNING, reason=f"worker lost ({worker} stopped)",
                           now=timezone.now())
                for pk, conversation_id, worker in running.filter(worker__in=silent).values_list(

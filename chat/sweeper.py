@@ -85,9 +85,9 @@ def heartbeat(client: Any, worker: str, interval: float) -> tuple[int, int]:
     if int(client.info("server")["uptime_in_seconds"]) <= silence:
         # Redis started again lately, without the keys: a live worker may not have beaten since.
         return 0, 0
-    before = timezone.now() - timedelta(seconds=silence)
-    failed = answers_of_silent_workers(alive=_presence(client), before=before)
-    requeued = documents_of_silent_workers(alive=_presence(client), before=before)
+    before, alive = timezone.now() - timedelta(seconds=silence), _presence(client)
+    failed = answers_of_silent_workers(alive=alive, before=before)
+    requeued = documents_of_silent_workers(alive=alive, before=before)
     if failed or requeued:
         log.warning("workers silent for %.0f s: failed %d answers, queued %d documents again", silence, failed,
                     requeued)

@@ -233,7 +233,7 @@ def documents_of_silent_workers(*, alive: Callable[[str], bool], before: datetim
     from kb.library.ingest.pipeline import RUNNING
 
     running = Document.objects.filter(status__in=RUNNING, updated_at__lt=before).exclude(worker="")
-    silent = [worker for worker in running.values_list("worker", flat=True).distinct() if not alive(worker)]
+    silent = [worker for worker in running.values_list("worker", flat=True).order_by().distinct() if not alive(worker)]
     return sum(documents_orphaned(worker=worker, before=before) for worker in silent)
 
 
