@@ -9,12 +9,13 @@ import pytest
 
 from kb.library.ingest import embedding
 from kb.library.ingest.pieces import pack, unpack
+from kb.library.ingest.pipeline import ingest
 from kb.library.models import Chunk, Document
 from kb.library.selectors import documents_stale
 from search import late
 from search.retrieval import WORD, SearchOptions, hybrid_search
 from search.stats import gin_indexes, lexeme_stats_refresh
-from tests.factories import ingested_document
+from tests.factories import ingested_document, uploaded_document
 
 DEPOT = "# Depot\n\n" + "".join(
     f"## Bay {n}\n\nBay {n} of the depot stores pallets for carrier {n} and opens at {n} in the morning.\n\n"
@@ -135,8 +136,8 @@ def test_the_refresh_after_indexing_merges_new_chunks_into_the_indexes_searches_
     """Searches scan a GIN index's pending list in full: indexing leaves new chunks there, the refresh empties it."""
     indexes = gin_indexes()
     assert {"kb_chunk_search_gin", "kb_chunk_text_trgm", "kb_chunk_acl_gin", "kb_document_acl_gin"} <= set(indexes)
-    ingested_document(DEPOT, "depot.md")
+    assert ingest(uploaded_document(DEPOT, "depot.md").pk) == Document.Status.READY  # no refresh after it
     assert sum(pending_pages_merged(index) for index in indexes) > 0  # what an ingest leaves pending
-    ingested_document(DEPOT.replace("Depot", "Warehouse"), "warehouse.md")
+    assert ingest(uploaded_document(DEPOT.replace("Depot", "Warehouse"), "warehouse.md").pk) == Document.Status.READY
     lexeme_stats_refresh()
     assert [pending_pages_merged(index) for index in indexes] == [0] * len(indexes)

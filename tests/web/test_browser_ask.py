@@ -15,7 +15,7 @@ import pytest
 from chat.api import PREVIEW_CHARS
 from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS, VAULT, VAULT_QUESTION
 from tests.conftest import ROOT, start_worker, stop_process
-from tests.factories import ingested_document
+from tests.factories import ingested_document, ingested_folder
 from tests.web.conftest import assert_clean, assert_fits_width, assert_labelled, screenshot
 from tests.web.test_browser import HOSTILE_MD, PHONE, first_mark_in_view, text_of_marks
 
@@ -330,8 +330,7 @@ def test_sam_flags_a_citation_and_finds_it_under_flagged(open_page: Any, people:
 def test_the_demo_failover_question_is_answered_in_steps_led_by_manual_failover(
     open_page: Any, people: dict[str, Any], paced_worker: Any
 ) -> None:
-    runbook = ROOT / "demo" / "corpus" / "engineering" / "runbook-planning-database-failover.md"
-    ingested_document(runbook.read_text(encoding="utf-8"), runbook.name)
+    ingested_folder(ROOT / "demo" / "corpus" / "engineering")  # why a folder: test_extractive's failover test
     page = open_page(people["alice"])
     page.goto("/")
     ask_in_page(page, "How do I fail over the planning database?")
