@@ -71,6 +71,25 @@ def _empty_broker() -> None:
     redis.Redis.from_url(settings.REDIS_URL).flushall()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _statistics_emptied_with_the_tables() -> Iterator[None]:
+    """A test that commits ends with Django's flush (TRUNCATE), which leaves the materialized corpus statistics
+    as they were, so the next test would weigh words by an earlier test's corpus. The flush ends by sending
+    post_migrate: the statistics are refreshed there, over the emptied tables."""
+    from django.apps import apps
+    from django.db.models.signals import post_migrate
+
+    from search.stats import lexeme_stats_refresh
+
+    def refresh(**kwargs: Any) -> None:
+        lexeme_stats_refresh()
+
+    search = apps.get_app_config("search")
+    post_migrate.connect(refresh, sender=search, weak=False, dispatch_uid="tests-statistics")
+    yield
+    post_migrate.disconnect(sender=search, dispatch_uid="tests-statistics")
+
+
 @pytest.fixture(autouse=True)
 def _fast_password_hasher(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
