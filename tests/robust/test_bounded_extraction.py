@@ -10,9 +10,11 @@ from __future__ import annotations
 import io
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from pypdf import PdfWriter
 
@@ -108,6 +110,45 @@ def test_reader_errors_reach_the_caller_with_their_class_and_message() -> None:
         with pytest.raises(type(expected.value)) as got:
             read(data, mime, filename)
         assert str(got.value) == str(expected.value)
+
+
+def zygotes() -> list[psutil.Process]:
+    """This process's zygotes: children running kb.library.ingest.bounded's zygote_main."""
+    return [p for p in psutil.Process().children() if "zygote_main" in " ".join(p.cmdline())]
+
+
+def test_one_zygote_forks_a_reader_per_file_and_a_killed_one_is_replaced() -> None:
+    bounded.ZYGOTES.close()
+    note = b"# Note\n\nBay 4 opens at six."
+    first = read(note, MARKDOWN, "note.md")
+    [zygote] = zygotes()
+    with pytest.raises(ExtractionError):  # a reader stopped by its limit ends its child, not the zygote
+        read(HOSTILE_RST, RST, "hostile.rst", cpu_seconds=1)
+    assert read(note, MARKDOWN, "note.md") == first and zygotes() == [zygote]
+    assert not zygote.children()  # every reader child reaped
+
+    zygote.kill()
+    zygote.wait(10)
+    assert read(note, MARKDOWN, "note.md") == first  # a dead zygote is replaced, the file still read
+    [replacement] = zygotes()
+    assert replacement.pid != zygote.pid
+    bounded.ZYGOTES.close()
+    assert zygotes() == []  # closed, a zygote exits
+
+
+def test_readers_in_two_threads_at_once_each_get_a_zygote() -> None:
+    bounded.ZYGOTES.close()
+
+    def hostile(n: int) -> str:  # each child runs its full 2 s of CPU, so the two overlap
+        with pytest.raises(ExtractionError) as failure:
+            read(HOSTILE_RST, RST, f"hostile{n}.rst", cpu_seconds=2)
+        return str(failure.value)
+
+    with ThreadPoolExecutor(2) as pool:
+        reasons = list(pool.map(hostile, range(2)))
+    assert all(re.match(time_limit_reason(f"hostile{n}.rst", 2), reason) for n, reason in enumerate(reasons)), reasons
+    assert len(zygotes()) == 2
+    bounded.ZYGOTES.close()
 
 
 @pytest.mark.slow

@@ -9,20 +9,30 @@ that way), and it imports only the extraction code: no Django, no torch.
 
 The protocol is JSON lines on the child's stdout (a request line and the file's bytes go in on
 stdin), so the worker never unpickles anything a parser of a hostile file ran next to.
+
+Starting that interpreter and importing the readers cost ~80 of the ~110 ms of CPU a small file
+took, so each process keeps a *zygote*: one such interpreter, started once with the readers
+imported, that forks a child per file (the child's pipes passed to it over a Unix socket). The
+child still starts with nothing of the worker's (no Django, no database connection, no secrets
+beyond the environment), and the limits are set in it after the fork, as before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import resource
 import selectors
 import signal
+import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
@@ -41,8 +51,9 @@ _ROOT = Path(__file__).resolve().parents[3]
 _BOOT = (
     "import os, sys, types; sys.path[:] = sys.argv[2].split(os.pathsep); "
     "kb = types.ModuleType('kb'); kb.__path__ = [sys.argv[1]]; sys.modules['kb'] = kb; "
-    "from kb.library.ingest.bounded import child_main; child_main()"
+    "from kb.library.ingest.bounded import zygote_main; zygote_main()"
 )
+_INT = struct.Struct("!i")  # a child's pid, then its exit code (negative: the signal that ended it)
 
 
 def extract(
@@ -58,20 +69,141 @@ def extract(
     name = display_name(filename)
     request = {"mime": mime, "filename": filename, "ocr": ocr, "ocr_max_pixels": ocr_max_pixels,
                "cpu_seconds": cpu_seconds, "memory_mb": memory_mb, "size": len(data)}
-    child = subprocess.Popen(
-        [sys.executable, "-S", "-c", _BOOT, str(_ROOT / "kb"), os.pathsep.join(sys.path)], cwd=_ROOT, env=_child_env(),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
-    try:
+    with ZYGOTES.child() as child:
         return _converse(child, request, data, name=name, cpu_seconds=cpu_seconds, memory_mb=memory_mb,
                          on_ocr_page=on_ocr_page)
-    finally:  # also on the task's soft time limit: never leave a reader running
-        if child.poll() is None:
-            child.kill()
-        child.wait()
-        for stream in (child.stdin, child.stdout, child.stderr):
-            if stream is not None:
+
+
+class Forked:
+    """A reader child forked by a zygote: what `_converse` needs of a `subprocess.Popen`."""
+
+    def __init__(self, pid: int, pipes: tuple[int, int, int], zygote: socket.socket) -> None:
+        self.pid, self._zygote = pid, zygote
+        self.returncode: int | None = None
+        self.stdin, self.stdout, self.stderr = (os.fdopen(pipes[0], "wb"), os.fdopen(pipes[1], "rb", buffering=0),
+                                                os.fdopen(pipes[2], "rb", buffering=0))
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            with selectors.DefaultSelector() as ready:
+                ready.register(self._zygote, selectors.EVENT_READ)
+                if ready.select(0):
+                    self.wait()
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:  # the zygote reaps its child and says how it ended
+            self.returncode = _INT.unpack(_receive(self._zygote, _INT.size))[0]
+        return self.returncode
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        for stream in (self.stdin, self.stdout, self.stderr):
+            if not stream.closed:
                 stream.close()
+
+
+class Zygote:
+    """An interpreter with the readers imported, forking a child for each file it is handed."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair()
+        self.owner = os.getpid()
+        with theirs:
+            self.process = subprocess.Popen(
+                [sys.executable, "-S", "-c", _BOOT, str(_ROOT / "kb"), os.pathsep.join(sys.path)], cwd=_ROOT,
+                env=_child_env(), stdin=theirs.fileno(), stdout=subprocess.DEVNULL,
+            )
+        self.socket = ours
+
+    def fork(self) -> Forked:
+        """A child reading stdin and answering on stdout, started by the zygote with pipes of ours."""
+        stdin, stdout, stderr = os.pipe(), os.pipe(), os.pipe()
+        try:
+            socket.send_fds(self.socket, [b"f"], [stdin[0], stdout[1], stderr[1]])
+            pid = _INT.unpack(_receive(self.socket, _INT.size))[0]
+        except BaseException:
+            for fd in (stdin[1], stdout[0], stderr[0]):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (stdin[0], stdout[1], stderr[1]):
+                os.close(fd)
+        return Forked(pid, (stdin[1], stdout[0], stderr[0]), self.socket)
+
+    def close(self) -> None:
+        """Its socket closed, the zygote reads the end of its input and exits."""
+        self.socket.close()
+        if self.owner == os.getpid():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=5)
+
+
+class _Zygotes:
+    """This process's idle zygotes: one per reader running at once (threads), started when first needed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[Zygote] = []
+
+    @contextlib.contextmanager
+    def child(self) -> Iterator[Forked]:
+        """A reader child, killed if it is still running when the caller is done (also on a task's soft time
+        limit: never leave a reader running); its zygote serves the next file once the child is reaped."""
+        zygote, child = self._fork()
+        try:
+            yield child
+        finally:
+            reaped = False
+            try:
+                if child.poll() is None:
+                    child.kill()
+                child.wait()
+                reaped = True
+            finally:
+                child.close()
+                if reaped:
+                    with self._lock:
+                        self._idle.append(zygote)
+                else:
+                    zygote.close()
+
+    def close(self) -> None:
+        """End the idle zygotes (a fresh one starts for the next file)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for zygote in idle:
+            zygote.close()
+
+    def _fork(self) -> tuple[Zygote, Forked]:
+        """From an idle zygote, or else a new one (also when the idle one has died)."""
+        with self._lock:
+            # A forked process (a Celery pool process) must not share its parent's zygotes.
+            self._idle = [z for z in self._idle if z.owner == os.getpid() and z.process.poll() is None]
+            zygote = self._idle.pop() if self._idle else None
+        if zygote is not None:
+            try:
+                return zygote, zygote.fork()
+            except (OSError, ExtractionError):
+                zygote.close()
+        zygote = Zygote()
+        return zygote, zygote.fork()
+
+
+ZYGOTES = _Zygotes()
+
+
+def _receive(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ExtractionError("the extraction zygote ended unexpectedly")
+        data += chunk
+    return data
 
 
 def _child_env() -> dict[str, str]:
@@ -85,7 +217,7 @@ def wall_seconds(cpu_seconds: int) -> float:
     return 3 * cpu_seconds + 10
 
 
-def _converse(child: subprocess.Popen[bytes], request: dict[str, Any], data: bytes, *, name: str, cpu_seconds: int,
+def _converse(child: Forked, request: dict[str, Any], data: bytes, *, name: str, cpu_seconds: int,
               memory_mb: int, on_ocr_page: Callable[[int, int], None] | None) -> Extracted:
     assert child.stdin is not None and child.stdout is not None and child.stderr is not None  # noqa: S101
     try:
@@ -125,8 +257,7 @@ def _converse(child: subprocess.Popen[bytes], request: dict[str, Any], data: byt
                         else:
                             answer = message
     if answer is None:
-        child.wait()
-        raise _died(child.returncode, name=name, cpu_seconds=cpu_seconds, memory_mb=memory_mb, stderr=bytes(err))
+        raise _died(child.wait(), name=name, cpu_seconds=cpu_seconds, memory_mb=memory_mb, stderr=bytes(err))
     return _answer(answer, name=name, memory_mb=memory_mb)
 
 
@@ -164,6 +295,49 @@ class ReaderFailed(RuntimeError):
 
 
 # --------------------------------------------------------------------------- the child
+
+
+def zygote_main() -> None:
+    """Import the readers once, then fork a child for each set of pipes the parent sends, and report its end."""
+    from kb.library.ingest import extract  # noqa: F401  (every child reads with it)
+
+    control = socket.socket(fileno=os.dup(0))
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # 0, 1 and 2 stay taken, so the pipes received never land on them
+    os.close(devnull)
+    while True:
+        try:
+            _, fds, _, _ = socket.recv_fds(control, 1, 3)
+            if len(fds) != 3:  # the parent closed its end (or died)
+                return
+            pid = os.fork()
+            if pid == 0:
+                control.close()
+                _child_after_fork(fds)
+            for fd in fds:
+                os.close(fd)
+            control.sendall(_INT.pack(pid))
+            _, status = os.waitpid(pid, 0)
+            control.sendall(_INT.pack(os.waitstatus_to_exitcode(status)))
+        except OSError:  # the parent is gone
+            return
+
+
+def _child_after_fork(fds: list[int]) -> None:
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    code = 0
+    try:
+        child_main()
+    except BaseException:  # as an interpreter would: the traceback on stderr, status 1
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def child_main() -> None:
