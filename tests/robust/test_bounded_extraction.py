@@ -7,6 +7,7 @@ at 20 KB, 62 s at 80 KB), and OCR rendered a blank 14,400 pt page at 144 dpi (10
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 import time
@@ -134,6 +135,27 @@ def test_one_zygote_forks_a_reader_per_file_and_a_killed_one_is_replaced() -> No
     assert replacement.pid != zygote.pid
     bounded.ZYGOTES.close()
     assert zygotes() == []  # closed, a zygote exits
+
+
+def test_a_zygote_killed_while_its_child_reads_fails_that_file_alone_and_leaves_no_reader_running() -> None:
+    bounded.ZYGOTES.close()
+    note = b"# Note\n\nBay 4 opens at six."
+    read(note, MARKDOWN, "note.md")
+    [zygote] = zygotes()
+    with ThreadPoolExecutor(1) as pool:
+        reading = pool.submit(read, HOSTILE_RST, RST, "hostile.rst", cpu_seconds=2)
+        deadline = time.monotonic() + 10
+        while not zygote.children() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        [reader] = zygote.children()
+        zygote.kill()
+        with pytest.raises(ExtractionError) as failure:
+            reading.result(timeout=60)
+    assert str(failure.value) == bounded.ZYGOTE_ENDED
+    with contextlib.suppress(psutil.NoSuchProcess):  # its limit still stopped the orphaned reader (ended, or a
+        assert reader.status() == psutil.STATUS_ZOMBIE  # zombie where the container's init does not reap)
+    assert read(note, MARKDOWN, "note.md").title == "Note"  # the next file is read by a new zygote
+    bounded.ZYGOTES.close()
 
 
 def test_readers_in_two_threads_at_once_each_get_a_zygote() -> None:

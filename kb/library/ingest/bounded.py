@@ -53,6 +53,7 @@ _BOOT = (
     "kb = types.ModuleType('kb'); kb.__path__ = [sys.argv[1]]; sys.modules['kb'] = kb; "
     "from kb.library.ingest.bounded import zygote_main; zygote_main()"
 )
+ZYGOTE_ENDED = "the process that starts the readers (the extraction zygote) ended unexpectedly; a retry reads the file again"
 _INT = struct.Struct("!i")  # a child's pid, then its exit code (negative: the signal that ended it)
 
 
@@ -163,6 +164,8 @@ class _Zygotes:
                     child.kill()
                 child.wait()
                 reaped = True
+            except ExtractionError:  # the zygote died first: its child, now init's, is stopped all the same
+                child.kill()
             finally:
                 child.close()
                 if reaped:
@@ -181,8 +184,15 @@ class _Zygotes:
     def _fork(self) -> tuple[Zygote, Forked]:
         """From an idle zygote, or else a new one (also when the idle one has died)."""
         with self._lock:
-            # A forked process (a Celery pool process) must not share its parent's zygotes.
-            self._idle = [z for z in self._idle if z.owner == os.getpid() and z.process.poll() is None]
+            live = []
+            for idle in self._idle:
+                # A forked process (a Celery pool process) must not share its parent's zygotes: it closes its
+                # copies of their sockets, so each still ends when its owner closes it.
+                if idle.owner == os.getpid() and idle.process.poll() is None:
+                    live.append(idle)
+                else:
+                    idle.socket.close()
+            self._idle = live
             zygote = self._idle.pop() if self._idle else None
         if zygote is not None:
             try:
@@ -201,7 +211,7 @@ def _receive(sock: socket.socket, size: int) -> bytes:
     while len(data) < size:
         chunk = sock.recv(size - len(data))
         if not chunk:
-            raise ExtractionError("the extraction zygote ended unexpectedly")
+            raise ExtractionError(ZYGOTE_ENDED)
         data += chunk
     return data
 
