@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -135,6 +136,19 @@ def test_one_zygote_forks_a_reader_per_file_and_a_killed_one_is_replaced() -> No
     assert replacement.pid != zygote.pid
     bounded.ZYGOTES.close()
     assert zygotes() == []  # closed, a zygote exits
+
+
+def test_readers_never_see_the_workers_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    secrets = {"DATABASE_URL": "postgresql://kb:pw@db/kb", "REDIS_URL": "redis://cache:6379/0",
+               "SECRET_KEY": "s3cret", "OPENAI_API_KEY": "sk-test", "KB_OIDC_CLIENT_SECRET": "oidc"}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    bounded.ZYGOTES.close()
+    read(b"# Note\n\nBay 4 opens at six.", MARKDOWN, "note.md")
+    [zygote] = zygotes()
+    seen = zygote.environ()  # every reader child is a fork of it, with its environment
+    assert not set(secrets) & set(seen) and seen["PATH"] == os.environ["PATH"]
+    bounded.ZYGOTES.close()
 
 
 def test_a_zygote_killed_while_its_child_reads_fails_that_file_alone_and_leaves_no_reader_running() -> None:

@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import resource
 import selectors
 import signal
@@ -216,10 +217,16 @@ def _receive(sock: socket.socket, size: int) -> bytes:
     return data
 
 
+_SECRET = re.compile(r"SECRET|PASSWORD|TOKEN|KEY|_URL$")
+
+
 def _child_env() -> dict[str, str]:
+    """The worker's environment without what a parser exploited by a hostile file could use against us:
+    the database and Redis URLs, the secret key, API keys and passwords."""
+    kept = {name: value for name, value in os.environ.items() if not _SECRET.search(name.upper())}
     # glibc gives each thread (ONNX Runtime starts one a core) its own 64 MB heap reservation,
     # which counts against the address-space limit without ever being used.
-    return {**os.environ, "MALLOC_ARENA_MAX": "2"}
+    return {**kept, "MALLOC_ARENA_MAX": "2"}
 
 
 def wall_seconds(cpu_seconds: int) -> float:
