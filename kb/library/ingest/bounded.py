@@ -3,18 +3,15 @@
 Parsers have worst cases nobody has found yet (docutils is quadratic on unclosed inline
 markup, a PDF page renders at any size): whatever a crafted file does to a reader, it does
 it in a child that `resource.setrlimit` stops, so that document fails with a reason and the
-worker goes on to the next. The child is a fresh interpreter (`subprocess`, not
-`multiprocessing`: the ingest worker's pool processes are daemonic and may not fork helpers
-that way), and it imports only the extraction code: no Django, no torch.
+worker goes on to the next. The child is forked from a *zygote*: an interpreter each process
+starts once (`subprocess`, not `multiprocessing`: the ingest worker's pool processes are daemonic
+and may not fork helpers that way) with only the extraction code imported, no Django, no torch,
+and an environment without the worker's secrets. A fresh interpreter per file cost ~190 ms of CPU
+against ~65 ms for a fork (bench/extraction.py). The worker passes the child's pipes to the zygote
+over a Unix socket; the child sets its limits on itself after the fork.
 
 The protocol is JSON lines on the child's stdout (a request line and the file's bytes go in on
 stdin), so the worker never unpickles anything a parser of a hostile file ran next to.
-
-Starting that interpreter and importing the readers cost ~80 of the ~110 ms of CPU a small file
-took, so each process keeps a *zygote*: one such interpreter, started once with the readers
-imported, that forks a child per file (the child's pipes passed to it over a Unix socket). The
-child still starts with nothing of the worker's (no Django, no database connection, no secrets
-beyond the environment), and the limits are set in it after the fork, as before.
 """
 
 from __future__ import annotations
@@ -236,7 +233,6 @@ def wall_seconds(cpu_seconds: int) -> float:
 
 def _converse(child: Forked, request: dict[str, Any], data: bytes, *, name: str, cpu_seconds: int,
               memory_mb: int, on_ocr_page: Callable[[int, int], None] | None) -> Extracted:
-    assert child.stdin is not None and child.stdout is not None and child.stderr is not None  # noqa: S101
     try:
         child.stdin.write(json.dumps(request).encode() + b"\n")
         child.stdin.write(data)
