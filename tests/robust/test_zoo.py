@@ -3,7 +3,8 @@
 Each bad file is refused at upload or fails in the pipeline with a reason that names what is wrong;
 crafted but valid files (pathological lines, NULs inside a mail) are indexed; every good file ends
 ready; the web process and the worker are still up afterwards; and no extractor call on any of the
-files takes more than 2 s.
+files takes more than three times as long as an ordinary page with as many elements as the deepest one, timed
+in the same run (a fixed number of seconds failed on a slow, loaded host: the bound is about shape, not speed).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from tests.robust.test_extraction_limits import docx_bomb, docx_swarm
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-EXTRACT_SECONDS = 2.0
+NESTING = 10_000  # elements of deep.html, and of the ordinary page its extraction time is held against
 TIME_LIMIT = 60  # KB_INGEST_TIME_LIMIT of the zoo's worker
 
 
@@ -141,7 +142,7 @@ def zoo() -> list[Specimen]:
         Specimen("broken.docx", b"PK\x03\x04" + b"\0" * 200, "failed", r"cannot read"),
         Specimen("blank.md", b"   \n\n\t\n", "failed", r"no text could be extracted"),
         # crafted but valid: indexed, in bounded time
-        Specimen("deep.html", b"<div>" * 10_000 + b"deep text" + b"</div>" * 10_000, "ready"),
+        Specimen("deep.html", b"<div>" * NESTING + b"deep text" + b"</div>" * NESTING, "ready"),
         Specimen("heading.md", b"#" + b" " * 100_000 + b"x\n\nBody text under it.\n", "ready"),
         Specimen("trac.txt", b"=" + b" " * 100_000 + b"x\n\nBody text.\n", "ready"),
         Specimen("inline.md", b"# Spans\n\n" + b"`" * 5_000 + b"\n\n" + b"[a" * 5_000 + b"\n", "ready"),
@@ -270,8 +271,10 @@ def test_a_zoo_of_bad_files_in_one_batch_leaves_the_good_ones_ready_and_the_serv
     finally:
         stop_process(worker)
     seconds, slowest = slowest_extraction(zoo())
-    print(f"zoo: {len(zoo())} files; slowest extract() {seconds:.2f} s ({slowest})")
-    assert seconds < EXTRACT_SECONDS, (slowest, seconds)
+    ordinary = min(_extract_seconds(Specimen("ordinary.html", b"<p>plain text</p>" * NESTING, "ready"), "text/html")
+                   for _ in range(2))
+    print(f"zoo: {len(zoo())} files; slowest extract() {seconds:.2f} s ({slowest}); an ordinary page {ordinary:.2f} s")
+    assert seconds < 3 * ordinary, (slowest, seconds, ordinary)  # deep.html: ~1x; a quadratic parser ~1000x
 
 
 def test_a_name_with_a_path_or_control_characters_is_refused_where_no_parser_cleaned_it() -> None:
