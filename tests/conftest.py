@@ -90,6 +90,29 @@ def _statistics_emptied_with_the_tables() -> Iterator[None]:
     post_migrate.disconnect(sender=search, dispatch_uid="tests-statistics")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _flush_keeps_content_types_and_permissions() -> Iterator[None]:
+    """Django's flush after a test that commits empties every table, content types and permissions too, and its
+    post_migrate then creates them again (~60 queries and 19 commits, most of a flush's cost, for each such test).
+    Kept, they are the rows migrate made, with the same ids all session; post_migrate still adds any missing."""
+    from django.contrib.auth.models import Permission
+    from django.contrib.contenttypes.models import ContentType
+    from django.core.management.commands import flush
+
+    kept = {ContentType._meta.db_table, Permission._meta.db_table}
+
+    def sql_flush(style: Any, connection: Any, reset_sequences: bool = True, allow_cascade: bool = False) -> list[str]:
+        tables = [t for t in connection.introspection.django_table_names(only_existing=True, include_views=False)
+                  if t not in kept]
+        return list(connection.ops.sql_flush(style, tables, reset_sequences=reset_sequences,
+                                             allow_cascade=allow_cascade))
+
+    original = flush.sql_flush
+    flush.sql_flush = sql_flush
+    yield
+    flush.sql_flush = original
+
+
 @pytest.fixture(autouse=True)
 def _fast_password_hasher(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

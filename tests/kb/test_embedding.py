@@ -27,10 +27,15 @@ def test_a_question_is_encoded_once_for_retrieval_and_its_answer(monkeypatch: An
     assert again is vector and again_pieces is pieces
     with pytest.raises(ValueError, match="read-only"):
         pieces[0, 0] = 1.0  # shared between callers: nobody may change it for the others
-    for other in ("first other question", "second other question"):
-        embedding.embed_query(other)
+    kept = embedding.embed_query.cache_info().maxsize
+    assert kept is not None
+    for n in range(kept - 1):
+        embedding.embed_query(f"other question {n}")
+    assert embedding.embed_query(question)[0] is vector and len(calls) == kept  # still among the last `kept`
+    for n in range(kept):
+        embedding.embed_query(f"newer question {n}")
     embedding.embed_query(question)
-    assert len(calls) == 4  # only the last two questions are kept
+    assert len(calls) == 2 * kept + 1  # pushed out by `kept` newer ones, then encoded again
 
 
 @pytest.mark.parametrize("text", [

@@ -209,12 +209,13 @@ def _traced(text: str) -> tuple[torch.Tensor, torch.Tensor]:
         return mask, query_encoder()(ids)
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=64)
 def embed_query(text: str) -> tuple[np.ndarray, np.ndarray]:
     """`embed([text])[0]` and `token_vectors([text])[0]` from one forward pass (equal to ~1e-5).
 
-    Kept for the process's last two questions: retrieval and the answer's sentence scoring both need
-    them, moments apart. Read-only, since every caller shares them.
+    Kept for the process's last 64 questions: retrieval and the answer's sentence scoring both need them,
+    moments apart, and the same question comes back (a search, then the ask; a question many people have).
+    At most ~25 MiB (64 questions of the model's 256 pieces). Read-only, since every caller shares them.
     """
     import torch
 
