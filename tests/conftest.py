@@ -107,10 +107,10 @@ def _flush_keeps_content_types_and_permissions() -> Iterator[None]:
         return list(connection.ops.sql_flush(style, tables, reset_sequences=reset_sequences,
                                              allow_cascade=allow_cascade))
 
-    original = flush.sql_flush
-    flush.sql_flush = sql_flush
+    patch = pytest.MonkeyPatch()
+    patch.setattr(flush, "sql_flush", sql_flush)  # the name the flush command calls
     yield
-    flush.sql_flush = original
+    patch.undo()
 
 
 @pytest.fixture(autouse=True)
