@@ -223,7 +223,7 @@ def stop_process(process: subprocess.Popen[Any], timeout: float = 30) -> None:
 
 class SharedWorker:
     """The session's worker on both queues (start_worker's defaults): a worker start loads the embedding model
-    (~10 s of CPU), so tests that only need a worker share this one. Between them it is stopped (SIGSTOP): it
+    (~6 s of CPU), so tests that only need a worker share this one. Between them it is stopped (SIGSTOP): it
     takes no task that a test's own worker should run and answers no ping, as if no worker ran."""
 
     def __init__(self) -> None:
