@@ -31,6 +31,7 @@ class StubOpenAI:
         self._resume = threading.Event()
         self._stop = threading.Event()
         self.paused = threading.Event()
+        self.waited_out = False  # the pause ended by its 30 s timeout, not resume(): the test waited for nothing
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="stub-openai", daemon=True)
@@ -43,11 +44,12 @@ class StubOpenAI:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self._stop.set()
         self._resume.set()
         self._server.shutdown()
         self._server.server_close()
+        assert exc_type is not None or not self.waited_out, "the stub's pause ran out before resume() was called"
 
     def resume(self) -> None:
         self._resume.set()
@@ -94,7 +96,7 @@ class StubOpenAI:
                 for i, token in enumerate(stub.tokens):
                     if stub.pause_after is not None and i == stub.pause_after:
                         stub.paused.set()
-                        stub._resume.wait(30)
+                        stub.waited_out = not stub._resume.wait(30)
                     if stub.mode == "stall" and i == 2:
                         stub._stop.wait(30)  # keep the connection open, send nothing
                         return
