@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -304,6 +305,39 @@ def celery_worker(transactional_db: None, _shared_worker: SharedWorker) -> Itera
     kill or configure a worker start their own (start_worker)."""
     yield _shared_worker.get()
     _shared_worker.pause()
+
+
+@contextmanager
+def child(name: str, argv: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    """A server the test starts itself, its output in OUTPUT/<name>.log; stopped when the block ends."""
+    with open(OUTPUT / f"{name}.log", "w") as log:
+        process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+                                   start_new_session=True)
+    try:
+        yield process
+    finally:
+        stop_process(process, 20)
+
+
+def wait_until(ready: Any, what: str, processes: list[subprocess.Popen[str]], timeout: float = 90) -> None:
+    """Until `ready()`; fails when one of `processes` (started with child) exits first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for process in processes:
+            if process.poll() is not None:
+                pytest.fail(f"{process.args[2]!r} exited early; see its log in {OUTPUT}")
+        if ready():
+            return
+        time.sleep(0.2)
+    pytest.fail(f"{what} not ready within {timeout:.0f}s; see the logs in {OUTPUT}")
+
+
+def listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def wait_until_serving(

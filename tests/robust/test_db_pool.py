@@ -16,8 +16,8 @@ import pytest
 from django.db import connection
 
 from accounts.tokens import token_create
-from tests.chat.test_e2e_daphne import child, free_port, listening, wait_until
-from tests.conftest import service_env
+from kb.runtime.embedded import free_port
+from tests.conftest import child, listening, service_env, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

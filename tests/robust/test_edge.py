@@ -18,8 +18,9 @@ from django.test import Client
 from websockets.exceptions import ConnectionClosed
 
 from kb.edge import CLOSE_TOO_BIG
-from tests.chat.test_e2e_daphne import child, free_port, listening, wait_until, ws
-from tests.conftest import service_env
+from kb.runtime.embedded import free_port
+from tests.chat.test_e2e_daphne import ws
+from tests.conftest import child, listening, service_env, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -23,9 +23,10 @@ import pytest
 from django.test import Client
 
 from accounts.websocket import CLOSE_UNAUTHENTICATED
+from kb.runtime.embedded import free_port
 from kb.runtime.launcher import web_argv
-from tests.chat.test_e2e_daphne import child, close_code, free_port, listening, wait_until, ws
-from tests.conftest import service_env
+from tests.chat.test_e2e_daphne import close_code, ws
+from tests.conftest import child, listening, service_env, wait_until
 from tests.factories import uploaded_document
 from tests.robust.test_edge import post
 

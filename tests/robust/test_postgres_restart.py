@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 
 from kb.runtime import embedded
-from tests.chat.test_e2e_daphne import child, free_port, listening, wait_until
-from tests.conftest import ROOT
+from kb.runtime.embedded import free_port
+from tests.conftest import ROOT, child, listening, wait_until
 
 pytestmark = pytest.mark.slow
 
