@@ -48,9 +48,10 @@ run: install
 # Tests get their own embedded servers (var/test), so they never touch a running `make run`; the 25 slowest
 # steps are listed at the end, so CI shows where the time goes. Two pytest-xdist workers, each with servers of
 # its own (var/test/gw0, gw1: tests/entry.py): a serial run leaves one of two cores idle, waiting on servers.
+# They take whole files in the order tests/conftest.py sorts them (files with slow tests first), so both end together.
 TEST_WORKERS ?= 2
 test: install chromium
-	KB_VAR_DIR=$${KB_VAR_DIR:-$(CURDIR)/var/test} $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
+	KB_VAR_DIR=$${KB_VAR_DIR:-$(CURDIR)/var/test} $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 # Style and bugs (ruff), types (mypy with the Django plugin), import directions (lint-imports).
 # KB_SETTINGS_ONLY: the Django plugin loads kb.settings with placeholder URLs and no secret file.

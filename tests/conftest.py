@@ -41,10 +41,12 @@ def _skips(config: pytest.Config) -> tuple[int, int]:
     return len(reports), sum(NO_SHARED_EVAL not in str(report.longrepr) for report in reports)
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-django's own ordering (by kind of database use), which would undo it
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files holding slow tests first, each file's own order kept. Under xdist (`--dist loadfile`) a
-    worker takes whole files in this order: long files started last left one worker running a two-minute
-    file alone at the end while the other sat idle."""
+    """Files holding slow tests first, each file's own order kept. Under xdist (`--dist loadfile
+    --no-loadscope-reorder`: its default hands out files with the most tests first) a worker takes whole
+    files in this order: long files started last left one worker running them alone at the end while the
+    other sat idle."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)
 

@@ -35,6 +35,7 @@ def manual() -> bytes:
     return build_pdf(pages)
 
 
+@pytest.mark.slow
 def test_an_answer_from_a_500_page_manual_takes_under_a_second(people: dict[str, Any]) -> None:
     document = ingested_document(manual(), name="operations-manual.pdf")
     assert len(document.pages) == PAGES

@@ -176,6 +176,7 @@ async def test_a_follow_up_question_over_the_socket_joins_the_conversation(
     await communicator.disconnect()
 
 
+@pytest.mark.slow
 async def test_an_idle_socket_outlives_the_redis_read_timeout(
     corpus: dict[str, Document], people: dict[str, Any], producer: Producer
 ) -> None:

@@ -206,6 +206,7 @@ def test_instructions_written_as_prose_and_commands_become_steps() -> None:
         "If it does, run the same command" in text
 
 
+@pytest.mark.slow
 def test_the_demo_failover_question_is_answered_from_manual_failover_in_steps(people: dict[str, Any]) -> None:
     from chat.answering import answer_stream
     from tests.factories import ingested_folder

@@ -72,6 +72,7 @@ def topic_of(report: gaps.Gaps, question: str) -> gaps.Topic:
     return next(t for t in report.topics if question in {e.text for e in t.examples})
 
 
+@pytest.mark.slow
 def test_refused_questions_on_two_topics_become_two_topics_with_their_counts(
         people: dict[str, Any], settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     ingested_document(SHIPMENTS, "shipments.md")

@@ -64,6 +64,7 @@ def test_bad_files_fail_alone_with_specific_reasons(db: None, batch: Path) -> No
         assert document.status == Document.Status.READY and document.chunks.exists()
 
 
+@pytest.mark.slow
 def test_real_files_of_every_new_format_are_indexed_and_broken_ones_fail_alone(db: None, tmp_path: Path) -> None:
     import shutil
 

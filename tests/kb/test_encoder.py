@@ -45,6 +45,7 @@ def precision(request: pytest.FixtureRequest) -> Iterator[str]:
     embedding.use_bf16.cache_clear()
 
 
+@pytest.mark.slow
 def test_passage_vectors_pieces_and_ids_are_sentence_transformers_bit_for_bit(
         reference: Any, precision: str, monkeypatch: pytest.MonkeyPatch) -> None:
     bf16 = precision == "bf16"

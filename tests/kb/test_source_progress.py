@@ -59,6 +59,7 @@ def handbook(db: None) -> Folder:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_run_on_a_worker_shows_its_progress_while_it_goes(people: dict[str, Any], share: Path,
                                                             celery_worker: Any) -> None:
     handbook = Folder.objects.create(name="Handbook", public=True)

@@ -78,6 +78,7 @@ def test_the_tick_queues_due_sources_and_a_worker_runs_them(tmp_path: Path, cele
     assert tick() == 0  # it ran within its interval
 
 
+@pytest.mark.slow
 def test_beat_as_the_launcher_starts_it_runs_with_its_files_in_var_dir(tmp_path: Path) -> None:
     """The argv `make run` uses for beat (kb.runtime.launcher.Launcher.start) starts a beat that keeps
     its schedule and pid lock in VAR_DIR; a second one on the same VAR_DIR refuses to start."""

@@ -240,6 +240,7 @@ def test_a_failing_page_keeps_its_document_and_a_site_that_cannot_be_listed_dele
     assert found(people["carol"], "reimbursed meals abroad per day", "ninety-four euros")
 
 
+@pytest.mark.slow
 def test_a_sitemap_lists_pages_no_link_reaches_and_requests_wait_the_politeness_delay(
         site: Site, handbook: Folder, settings: Any) -> None:
     settings.KB_SOURCE_SITE_DELAY = 0.25

@@ -295,6 +295,7 @@ def test_a_folder_a_source_fills_is_not_deleted_from_under_it(people: dict[str, 
     assert Folder.objects.filter(pk=public_folder.pk).exists()
 
 
+@pytest.mark.slow
 def test_sync_command_runs_on_the_worker_and_waits(celery_worker: Any, repo: Path) -> None:
     Folder.objects.create(name="Handbook", public=True)
     added = manage("source", "add", "handbook", "--kind", "git", "--location", f"file://{repo}", "--folder", "Handbook",

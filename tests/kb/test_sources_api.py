@@ -220,6 +220,7 @@ def test_the_openapi_schema_documents_the_source_endpoints(people: dict[str, Any
 # --------------------------------------------------------------------------- sync now
 
 
+@pytest.mark.slow
 def test_sync_now_queues_a_run_that_a_real_worker_carries_out(people: dict[str, Any], shelf: dict[str, Any],
                                                              celery_worker: Any) -> None:
     manager = as_user(shelf["manager"])

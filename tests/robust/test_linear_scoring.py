@@ -65,6 +65,7 @@ def scored(document: Document, sentences: int) -> list[Any]:
     return pieces
 
 
+@pytest.mark.slow
 def test_a_thousand_sentence_section_is_scored_in_linear_time(manual: Document) -> None:
     assert Chunk.objects.filter(document=manual).count() >= 40, "the section must span many chunks"
     pieces = scored(manual, SENTENCES)
