@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+PAUSE_LIMIT = 120  # seconds a pause waits for resume(); a test that needs the limit fails (StubOpenAI.__exit__)
 TOKENS = ("The", " Export", " button", " opens", " the", " Export", " dialog", " [1]", ".")
 
 
@@ -31,7 +32,7 @@ class StubOpenAI:
         self._resume = threading.Event()
         self._stop = threading.Event()
         self.paused = threading.Event()
-        self.waited_out = False  # the pause ended by its 30 s timeout, not resume(): the test waited for nothing
+        self.waited_out = False  # the pause ran out (PAUSE_LIMIT), no resume(): the test waited for nothing
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="stub-openai", daemon=True)
@@ -96,7 +97,7 @@ class StubOpenAI:
                 for i, token in enumerate(stub.tokens):
                     if stub.pause_after is not None and i == stub.pause_after:
                         stub.paused.set()
-                        stub.waited_out = not stub._resume.wait(30)
+                        stub.waited_out = not stub._resume.wait(PAUSE_LIMIT)
                     if stub.mode == "stall" and i == 2:
                         stub._stop.wait(30)  # keep the connection open, send nothing
                         return
