@@ -18,6 +18,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
 
 from kb.queues import ANSWERS, INGEST
 from tests.entry import worker_dir
@@ -340,6 +342,21 @@ def listening(port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def ws(port: int, path: str, cookie: str | None = None) -> ClientConnection:
+    """A websocket to a Daphne the tests started, as a browser of this origin opens it (with a session cookie)."""
+    headers = {"Origin": f"http://127.0.0.1:{port}"}
+    if cookie:
+        headers["Cookie"] = f"sessionid={cookie}"
+    return connect(f"ws://127.0.0.1:{port}{path}", additional_headers=headers, open_timeout=10)
+
+
+def close_code(connection: ClientConnection) -> int | None:
+    """The code the server closes `connection` with, when the next receive ends it."""
+    with pytest.raises(ConnectionClosed) as closed:
+        connection.recv(timeout=10)
+    return closed.value.rcvd.code if closed.value.rcvd else None
 
 
 def wait_until_serving(

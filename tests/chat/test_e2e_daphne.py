@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 from django.test import Client
-from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import ClientConnection, connect
+from websockets.sync.client import ClientConnection
 
 from accounts.tokens import token_create
 from accounts.websocket import CLOSE_UNAUTHENTICATED
@@ -24,25 +23,12 @@ from kb.library.models import Document
 from kb.queues import ANSWERS
 from tests.chat.conftest import EXPORT_QUESTION
 from tests.chat.openai_stub import StubOpenAI
-from tests.conftest import port_of, start_worker, stop_process
+from tests.conftest import close_code, port_of, start_worker, stop_process, ws
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 TOKENS = ["Press", " Export", " at", " the", " top", " right", " of", " the", " Shipments", " screen", " [1]", "."]
 ANSWER = "Press Export at the top right of the Shipments screen [1]."
-
-
-def ws(port: int, path: str, cookie: str | None = None) -> ClientConnection:
-    headers = {"Origin": f"http://127.0.0.1:{port}"}
-    if cookie:
-        headers["Cookie"] = f"sessionid={cookie}"
-    return connect(f"ws://127.0.0.1:{port}{path}", additional_headers=headers, open_timeout=10)
-
-
-def close_code(connection: ClientConnection) -> int | None:
-    with pytest.raises(ConnectionClosed) as closed:
-        connection.recv(timeout=10)
-    return closed.value.rcvd.code if closed.value.rcvd else None
 
 
 def receive_until(connection: ClientConnection, stop: Any, timeout: float = 60) -> list[dict[str, Any]]:

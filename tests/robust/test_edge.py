@@ -19,8 +19,7 @@ from websockets.exceptions import ConnectionClosed
 
 from kb.edge import CLOSE_TOO_BIG
 from kb.runtime.embedded import free_port
-from tests.chat.test_e2e_daphne import ws
-from tests.conftest import child, listening, service_env, wait_until
+from tests.conftest import child, listening, service_env, wait_until, ws
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -25,8 +25,7 @@ from django.test import Client
 from accounts.websocket import CLOSE_UNAUTHENTICATED
 from kb.runtime.embedded import free_port
 from kb.runtime.launcher import web_argv
-from tests.chat.test_e2e_daphne import close_code, ws
-from tests.conftest import child, listening, service_env, wait_until
+from tests.conftest import child, close_code, listening, service_env, wait_until, ws
 from tests.factories import uploaded_document
 from tests.robust.test_edge import post
 

@@ -29,7 +29,7 @@ from kb.library.services import document_delete, document_set_access, document_u
 from search.retrieval import hybrid_search
 from tests.chat.conftest import VAULT, VAULT_QUESTION
 from tests.chat.openai_stub import StubOpenAI
-from tests.chat.test_e2e_daphne import ws
+from tests.conftest import ws
 from tests.factories import ingested_document
 from tests.security.conftest import signed_in
 

@@ -27,7 +27,7 @@ from chat.consumers import CLOSE_FORBIDDEN
 from chat.models import Citation, Message
 from chat.services import answer_produce, feedback_add
 from kb.library.models import Chunk
-from tests.chat.test_e2e_daphne import ws
+from tests.conftest import ws
 from tests.security.conftest import signed_in
 from tests.security.fortress import ATTACKERS, Probes, Restricted, build, people_and_access
 
