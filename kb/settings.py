@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -64,7 +65,6 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])  # origins behind a proxy, e.g. https://kb.example.com
 
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -80,6 +80,10 @@ INSTALLED_APPS = [
     "chat",
     "lab",  # `manage.py evaluate` and `calibrate`; serving code never imports it
 ]
+# `manage.py runserver` serves ASGI, websockets included, through Daphne's app. Only that command loads it:
+# importing it installs Twisted's reactor, ~0.6 s of CPU in every other process (workers, commands, tests).
+if sys.argv[1:2] == ["runserver"]:
+    INSTALLED_APPS.insert(0, "daphne")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

@@ -2,8 +2,9 @@
 
 Before, any body was read in full before a view ran (the upload limit was checked after
 the bytes were on disk; `/accounts/login/` took any size) and websocket messages had no cap.
-This runs stock Daphne (as `manage.py runserver` does), so the 413s come from the ASGI layer,
-kb.edge; test_edge_body.py holds the web server that `make run` starts, which refuses earlier.
+This runs `manage.py runserver`, which serves through stock Daphne (its app, loaded for that command only), so
+the 413s come from the ASGI layer, kb.edge; test_edge_body.py holds the web server that `make run` starts,
+which refuses earlier.
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ def test_bodies_and_messages_over_the_limit_are_refused(people: dict[str, Any], 
     port = free_port()
     env = service_env(SECRET_KEY=settings.SECRET_KEY, KB_MAX_BODY_KB="256", KB_MAX_UPLOAD_MB="1",
                       KB_MAX_WS_MESSAGE_KB="16")
-    argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "kb.asgi:application"]
-    with child("edge-daphne", argv, env) as web:
-        wait_until(lambda: listening(port), "daphne", [web])
+    argv = [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"]
+    with child("edge-runserver", argv, env) as web:
+        wait_until(lambda: listening(port), "runserver", [web])
         big = b"x" * (300 * 1024)
         assert post(port, "/accounts/login/", big) == 413
         assert post(port, "/api/ask", big, chunked=True) == 413  # no Content-Length: counted as it streams
