@@ -190,6 +190,7 @@ def start_worker(name: str = "celery-worker", queues: str = f"{INGEST},{ANSWERS}
     (~1 s of CPU a start, ~30 starts a run): tests run `manage.py check` itself.
     """
     from kb.celery import app
+    from kb.runtime.launcher import WORKER_UNCHECKED
 
     hostname = hostname or f"{name}-{os.getpid()}-{time.monotonic_ns()}@localhost"
     log = OUTPUT / f"{name}.log"
@@ -198,7 +199,8 @@ def start_worker(name: str = "celery-worker", queues: str = f"{INGEST},{ANSWERS}
         worker = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "kb", "worker", "--pool", pool, "--concurrency", "1", "--hostname",
              hostname, "--queues", queues, "--loglevel", "INFO", "--without-gossip", "--without-mingle"],
-            cwd=ROOT, env=service_env(**{"CELERY_SKIP_CHECKS": "1", **env}), stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+            cwd=ROOT, env=service_env(**{**WORKER_UNCHECKED, **env}), stdout=out, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
         )
     deadline = time.monotonic() + 90
     try:

@@ -147,9 +147,7 @@ class Launcher:
     def start(self) -> None:
         web = self.spawn("the web server (Daphne)", web_argv(self.host, self.port), env=query_environment())
         for worker in workers():
-            # `migrate` ran Django's system checks before any child starts; each worker (and each restart of
-            # one) would run them again as it starts, ~1 s of CPU.
-            env = {**worker.env, "CELERY_SKIP_CHECKS": "1"}
+            env = {**worker.env, **WORKER_UNCHECKED}
             self.spawn(f"the {worker.queue} worker", worker.argv(), env=env, niceness=worker.niceness)
         self.spawn("the scheduler (Celery beat)", beat_argv(embedded.var_dir()))
         wait_for_port(self.host, self.port, 60, web.process)
@@ -224,6 +222,9 @@ class Worker:
 # A worker process runs one task at a time: it keeps one connection (checked before reuse) instead of
 # taking one from a pool and handing it back around every task.
 WORKER_DATABASE = {"KB_DB_POOL_SIZE": "0", "KB_DB_CONN_MAX_AGE": "300"}
+# `migrate` ran Django's system checks before any child starts; each worker (and each restart of one) would run
+# them again as it starts, ~1 s of CPU.
+WORKER_UNCHECKED = {"CELERY_SKIP_CHECKS": "1"}
 
 
 def workers() -> list[Worker]:
