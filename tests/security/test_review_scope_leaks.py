@@ -25,7 +25,7 @@ from chat.selectors import is_withheld, withheld_from_reviewer
 from kb.library.models import Folder
 from tests.security.conftest import signed_in
 from tests.security.fortress import Probes, Restricted, build, people_and_access
-from tests.security.test_leak_suite import admin_pages, ask, readers_ask, replay
+from tests.security.test_leak_suite import ask, probe_admin, readers_ask, replay
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -101,9 +101,7 @@ def probe_beyond_the_desk(probes: Probes, name: str, client: Client, item: Restr
         probes.expect("the asker's verdicts", name, response.status_code == 404, f"{path} answered {response.status_code}")
     events, code = replay(daphne, client, conversation)
     probes.expect("websocket replay", name, code == CLOSE_FORBIDDEN and not events, f"closed {code} after {events[:200]!r}")
-    for page in admin_pages(item, answer):
-        probes.check("admin", name, client.get(page, follow=True).content.decode(), markers,
-                     sent=[page, page.partition("?q=")[2]])
+    probe_admin(probes, name, client, item, answer)
 
 
 def probe_citation_links(probes: Probes, name: str, client: Client, item: Restricted, answer: int) -> None:

@@ -3,7 +3,6 @@ real Daphne (tests.conftest.web_server), documents built by the real pipeline.""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -61,20 +60,22 @@ def browser() -> Iterator[Any]:
         pytest.fail(f"{CHROMIUM} is missing: `make chromium` installs Debian's Chromium")
     from playwright.sync_api import sync_playwright
 
-    # Playwright's sync API keeps an event loop on this thread; the ORM calls the tests make
-    # between browser steps are ordinary synchronous code, so Django's async guard must stand down.
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    try:
-        with sync_playwright() as playwright:
+    with pytest.MonkeyPatch.context() as patch:
+        # Playwright's sync API keeps an event loop on this thread; the ORM calls the tests make
+        # between browser steps are ordinary synchronous code, so Django's async guard must stand down.
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        with pytest.MonkeyPatch.context() as driver:
+            # Playwright's driver, started now, copies Chromium's own output to this process's stderr, which
+            # pytest shows for a failing test: a browser that went away under load said nothing (CI 42). Only
+            # the driver gets it: the app's settings read DEBUG in every process started later.
+            driver.setenv("DEBUG", "pw:browser")
+            playwright = sync_playwright().start()
+        try:
             chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             yield chromium
             chromium.close()
-    finally:
-        if previous is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+        finally:
+            playwright.stop()
 
 
 def session_cookie(user: Any) -> str:
