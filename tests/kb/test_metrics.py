@@ -66,6 +66,19 @@ def test_networks_limit_who_may_scrape(client: Client, settings: Any) -> None:
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("forwarded", ["203.0.113.5:4711", "[2001:db8::7]:4711", "unknown", "203.0.113.5:x"])
+def test_behind_a_proxy_writing_ports_the_internet_is_not_the_proxy(client: Client, settings: Any,
+                                                                    forwarded: str) -> None:
+    """Networks covering the proxy open /metrics only to the proxy itself: a client it forwards with a port (or
+    an entry that cannot be read) is that client (or unknown), never the proxy."""
+    settings.KB_METRICS_TOKEN, settings.KB_METRICS_NETWORKS = "", proxy_networks(["10.20.0.0/16"])
+    settings.KB_TRUSTED_PROXIES = proxy_networks(["10.20.0.2"])
+    assert client.get("/metrics", REMOTE_ADDR="10.20.0.2").status_code == 200  # the proxy's own scrape
+    assert client.get("/metrics", REMOTE_ADDR="10.20.0.2", HTTP_X_FORWARDED_FOR=forwarded).status_code == 403
+    assert client.get("/metrics", REMOTE_ADDR="10.20.0.2", HTTP_X_FORWARDED_FOR="10.20.9.9:4711").status_code == 200
+
+
+@pytest.mark.django_db
 def test_the_figures_come_from_documents_sources_queues_and_answers(
     client: Client, settings: Any, people: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -66,9 +66,44 @@ def test_the_address_read_from_a_chain_of_proxies() -> None:
     assert client_address(PROXY, f"{COLLEAGUE}, {ATTACKER}, 10.1.2.3", trusted) == ATTACKER  # two proxies
     assert client_address(ATTACKER, COLLEAGUE, trusted) == ATTACKER
     assert client_address(PROXY, "", trusted) == PROXY  # the proxy's own request (its health probe)
-    assert client_address(PROXY, "not-an-address", trusted) == PROXY  # garbage: the last hop read
+    assert client_address(PROXY, "not-an-address", trusted) is None  # garbage: unknown, never the proxy
     assert client_address(f"::ffff:{PROXY}", ATTACKER, trusted) == ATTACKER
     assert client_address("fd00::1", "2001:db8::7", trusted) == "2001:db8::7"
     assert client_address(PROXY, ATTACKER, []) == PROXY
     with pytest.raises(ImproperlyConfigured, match="KB_TRUSTED_PROXIES"):
         proxy_networks(["10.0.0.0/33"])
+
+
+@pytest.mark.parametrize(("written", "client"), [
+    ("203.0.113.5:4711", "203.0.113.5"),
+    ('"203.0.113.5:4711"', "203.0.113.5"),
+    ("2001:db8::7", "2001:db8::7"),
+    ("[2001:db8::7]", "2001:db8::7"),
+    ("[2001:db8::7]:4711", "2001:db8::7"),
+    ('"[2001:db8::7]:4711"', "2001:db8::7"),
+    ("[::ffff:203.0.113.5]:80", "203.0.113.5"),
+])
+def test_forwarded_entries_are_read_as_proxies_write_them(written: str, client: str) -> None:
+    trusted = proxy_networks(["10.0.0.0/8"])
+    assert client_address(PROXY, written, trusted) == client
+    assert client_address(PROXY, f"{written}, 10.1.2.3", trusted) == client  # behind a second proxy
+
+
+@pytest.mark.parametrize("written", ["unknown", "_hidden", "203.0.113.5:", "203.0.113.5:port", "[203.0.113.5]",
+                                     "[2001:db8::7", "2001:db8::7]:80", "203.0.113.5:4711:1", '"203.0.113.5'])
+def test_an_entry_no_proxy_writes_makes_the_client_unknown_never_the_proxy(written: str) -> None:
+    trusted = proxy_networks(["10.0.0.0/8"])
+    assert client_address(PROXY, written, trusted) is None
+    # Left of a readable untrusted entry it is never reached: the client is the right-most untrusted one.
+    assert client_address(PROXY, f"{written}, {ATTACKER}", trusted) == ATTACKER
+
+
+def test_a_port_in_x_forwarded_for_does_not_lock_out_everyone_behind_the_proxy(
+    people: dict[str, Any], settings: Any
+) -> None:
+    """A proxy writing ip:port (as some do): each client is still counted apart, not as the proxy."""
+    settings.KB_TRUSTED_PROXIES = proxy_networks(["10.0.0.0/16"])
+    attacker = via_proxy(f"{ATTACKER}:4711")
+    assert fail(attacker, "admin", django_settings.AXES_FAILURE_LIMIT, path=ADMIN_LOGIN)[-1] == 429
+    colleague = sign_in(via_proxy(f"{COLLEAGUE}:5123"), "admin", "admin", path=ADMIN_LOGIN)
+    assert colleague.status_code == 302 and signed_in_as(colleague) == "admin"
