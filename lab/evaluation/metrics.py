@@ -4,12 +4,15 @@ Pure Python on plain data (no Django), so an evaluation run can be re-scored fro
 dump alone and every number here can be checked by hand in a unit test. Matching
 follows ../shared/eval/README.md: a chunk is a hit when it contains the whole needle
 after whitespace normalisation (NFKC first, as the shared scorer does, so a PDF's
-compatibility characters compare equal to the plain text of the needle).
+compatibility characters compare equal to the plain text of the needle); a needle in a
+script written without spaces (Chinese, Japanese, Thai) also matches with every space
+removed, since a line break inside its sentence becomes a space that carries no meaning.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePosixPath
@@ -30,13 +33,29 @@ def normalize(text: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", text or "").split())
 
 
+# Han, kana and Thai: scripts that put no space between words.
+_SPACELESS = re.compile("[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+def spaceless_script(text: str) -> bool:
+    """Whether `text` holds characters of a script written without spaces between words."""
+    return bool(_SPACELESS.search(text))
+
+
+def holds(content: str, needle: str) -> bool:
+    """Whether `content` holds the whole needle: normalised, and for spaceless scripts also with spaces removed."""
+    wanted, text = normalize(needle), normalize(content)
+    if wanted in text:
+        return True
+    return spaceless_script(wanted) and "".join(wanted.split()) in "".join(text.split())
+
+
 def first_hit_rank(contents: Iterable[str], needle: str, *, depth: int = DEPTH) -> int | None:
     """1-based rank of the first text that holds the whole needle, or None."""
-    wanted = normalize(needle)
     for rank, content in enumerate(contents, 1):
         if rank > depth:
             break
-        if wanted in normalize(content):
+        if holds(content, needle):
             return rank
     return None
 
@@ -44,7 +63,7 @@ def first_hit_rank(contents: Iterable[str], needle: str, *, depth: int = DEPTH) 
 def destroyed_needles(needles: Mapping[str, str], contents: Iterable[str]) -> list[str]:
     """Ground-truth ids whose needle no single chunk holds whole: recall for them is capped at 0."""
     texts = [normalize(c) for c in contents]
-    return sorted(gt for gt, needle in needles.items() if not any(normalize(needle) in t for t in texts))
+    return sorted(gt for gt, needle in needles.items() if not any(holds(t, needle) for t in texts))
 
 
 def truncated_chunks(token_counts: Iterable[int], *, window: int = WINDOW) -> int:
@@ -184,7 +203,40 @@ def splits(questions: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[Mappi
         out.append((f"identifier={str(flag).lower()}", [q for q in questions if bool(q.get("identifier")) is flag]))
     formats = sorted({doc_format(q["doc"]) for q in questions})
     out += [(f"format={f}", [q for q in questions if doc_format(q["doc"]) == f]) for f in formats]
+    out += language_splits(questions)
     return [(name, qs) for name, qs in out if qs]
+
+
+UNKNOWN_LANG = "?"
+
+
+def language(record: Mapping[str, Any], key: str = "lang") -> str:
+    """A question's `lang` or `doc_lang`; a missing or empty one is the unknown language `?`."""
+    return str(record.get(key) or UNKNOWN_LANG)
+
+
+def has_languages(records: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a multilingual set: some record carries `lang` or `doc_lang` (../shared/eval/README.md)."""
+    return any("lang" in r or "doc_lang" in r for r in records)
+
+
+def cross_language(question: Mapping[str, Any]) -> bool | None:
+    """True when the question's language differs from its document's; None when either is unknown."""
+    asked, written = language(question), language(question, "doc_lang")
+    return None if UNKNOWN_LANG in (asked, written) else asked != written
+
+
+def language_splits(questions: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[Mapping[str, Any]]]]:
+    """Slices by question language, document language and cross- vs same-language; none for a set without the keys."""
+    if not has_languages(questions):
+        return []
+    out: list[tuple[str, list[Mapping[str, Any]]]] = []
+    for key in ("lang", "doc_lang"):
+        values = sorted({language(q, key) for q in questions})
+        out += [(f"{key}={v}", [q for q in questions if language(q, key) == v]) for v in values]
+    out.append(("cross-language", [q for q in questions if cross_language(q) is True]))
+    out.append(("same-language", [q for q in questions if cross_language(q) is False]))
+    return out
 
 
 def retrieval_block(ranks: Sequence[int | None]) -> dict[str, Any]:
@@ -235,6 +287,10 @@ def score_run(
         "ood_by_kind": ood_by_kind,
         "in_domain_refused": rate(sum(1 for r in answered_in if r and r.get("refused")), len(questions)),
     }
+    languages = (
+        language_rows(questions, answered_in, ood_records, retrieval)
+        if has_languages([*questions, *ood]) else None
+    )
 
     acl_cases = _acl_cases(acl, by_key)
     leaks = _leaks(acl, records, evaluator)
@@ -266,7 +322,36 @@ def score_run(
         "leaks": leaks,
         "sweep": threshold_sweep(sweep_in, sweep_ood, sweep_grid()),
         "ranks": ranks,
-    }
+    } | ({"languages": languages} if languages is not None else {})
+
+
+def language_rows(
+    questions: Sequence[Mapping[str, Any]],
+    answered: Sequence[Mapping[str, Any] | None],
+    ood_records: Sequence[tuple[Mapping[str, Any], Mapping[str, Any] | None]],
+    retrieval: Mapping[str, Mapping[str, Any]],
+) -> list[dict[str, Any]]:
+    """One row per language slice: its retrieval block, the share of its answerable questions refused
+    and, for question languages, the share of that language's out-of-domain questions refused."""
+    refused_by_id = {q["id"]: bool(r and r.get("refused")) for q, r in zip(questions, answered, strict=True)}
+    rows = []
+    for name, qs in language_splits(questions):
+        if not qs:
+            continue
+        row: dict[str, Any] = {
+            "slice": name, **retrieval[name],
+            "in_domain_refused": rate(sum(refused_by_id[q["id"]] for q in qs), len(qs)),
+        }
+        if name.startswith("lang="):
+            of_lang = [r for o, r in ood_records if language(o) == name.removeprefix("lang=")]
+            row["ood_refused"] = rate(sum(1 for r in of_lang if r and r.get("refused")), len(of_lang))
+        rows.append(row)
+    asked = {language(q) for q in questions}
+    for lang in sorted({language(o) for o, _ in ood_records} - asked):  # OOD-only languages
+        of_lang = [r for o, r in ood_records if language(o) == lang]
+        rows.append({"slice": f"lang={lang}", "n": 0,
+                     "ood_refused": rate(sum(1 for r in of_lang if r and r.get("refused")), len(of_lang))})
+    return rows
 
 
 def _rank(record: Mapping[str, Any] | None, needle: str) -> int | None:

@@ -428,6 +428,7 @@ def score(eval_set: EvalSet, run: Mapping[str, Any]) -> dict[str, Any]:
 def query_summaries(eval_set: EvalSet, run: Mapping[str, Any], figures: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One small record per query for --json: enough to pair two runs query by query."""
     questions = {q["id"]: q for q in eval_set.questions}
+    ood = {o["id"]: o for o in eval_set.ood}
     cases = {case_id: case for case_id, case in metrics.acl_case_ids(eval_set.acl)}
     leaks_by_case = {c["id"]: c["leaks"] for c in figures["acl"]["cases"]}
     out = []
@@ -438,9 +439,11 @@ def query_summaries(eval_set: EvalSet, run: Mapping[str, Any], figures: Mapping[
             rank = figures["ranks"][record["id"]]
             answer = record["hits"][rank - 1]["distance"] if rank else None
             summary.update(gt=q["gt"], phrasing=q["phrasing"], rank=rank, answer_distance=answer,
-                           refusal_correct=not record["refused"])
+                           refusal_correct=not record["refused"],
+                           **{k: q[k] for k in ("lang", "doc_lang") if k in q})
         elif record["set"] == "ood":
-            summary["refusal_correct"] = record["refused"]
+            summary.update(refusal_correct=record["refused"], **{k: ood[record["id"]][k] for k in ("lang",)
+                                                                 if k in ood[record["id"]]})
         else:
             must_find = cases[record["id"]].get("must_find")
             summary.update(must_find=must_find, leaks=leaks_by_case[record["id"]],
@@ -572,6 +575,8 @@ def render_table(figures: Mapping[str, Any], *, title: str) -> str:
         f"  in-domain refused       {_share(r['in_domain_refused'])}",
         *_sweep_lines(figures["sweep"], r["threshold"]),
     ]
+    if "languages" in figures:
+        lines += _language_lines(figures["languages"])
     a = figures["acl"]
     lines += ["", f"ACL cases: {a['leaks']} leaks · must_find found in top {metrics.DEPTH}: "
                   f"{a['must_find']['count']}/{a['must_find']['n']} · refused when nothing may be found: "
@@ -599,6 +604,22 @@ def render_table(figures: Mapping[str, Any], *, title: str) -> str:
         f"total {tm.get('total_s', 0):.1f} s",
     ]
     return "\n".join(lines)
+
+
+def _language_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The multilingual table: recall and refusals per question language, document language, cross-language."""
+    def count(r: Mapping[str, Any] | None) -> str:
+        return f"{r['count']}/{r['n']}" if r else "-"
+
+    lines = ["", "Languages (lang: the question's, doc_lang: the answer's document's; cross-language: they differ)",
+             f"{'slice':<20}{'n':>5}  " + "".join(f"{f'R@{k}':<8}" for k in metrics.KS)
+             + f"{'MRR':<8}{'in-domain refused':<20}out-of-domain refused"]
+    for row in rows:
+        recall = ("".join(f"{row[f'R@{k}']['rate']:<8.3f}" for k in metrics.KS) + f"{row['MRR']:<8.3f}"
+                  if row["n"] else " " * 8 * (len(metrics.KS) + 1))
+        lines.append(f"{row['slice']:<20}{row['n']:>5}  {recall}{count(row.get('in_domain_refused')):<20}"
+                     f"{count(row.get('ood_refused'))}")
+    return lines
 
 
 def _sweep_lines(sweep: Sequence[Mapping[str, float]], threshold: float) -> list[str]:
