@@ -10,7 +10,9 @@ rows, queues or restarts; the controller only hands out tests and starts nothing
 
 from __future__ import annotations
 
+import getpass
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,10 @@ import pytest
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     from kb.runtime.embedded import ensure_services, var_dir
 
+    # The operator's policy for local sources, as a deployment sets it: tests keep their shares and repositories
+    # in pytest's temporary directories. The servers and workers tests start inherit it; tests of the policy
+    # itself set their own.
+    os.environ.setdefault("KB_SOURCE_FOLDER_ROOTS", str(Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}"))
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         os.environ["KB_VAR_DIR"] = str(var_dir() / worker)

@@ -301,7 +301,8 @@ class SourceAddForm(forms.ModelForm):
             if data.get("folder") is not None:
                 source_check(name=data.get("name", ""), kind=data.get("kind", ""), location=data.get("location", ""),
                              folder_name=data["folder"].name, path=data.get("path", ""),
-                             shrink_guard=data.get("shrink_guard", 0.5), operator=False)
+                             shrink_guard=data.get("shrink_guard", 0.5), operator=False,
+                             branch=data.get("branch", ""))
         except SourceRejected as exc:
             raise forms.ValidationError(str(exc)) from None
         return data

@@ -3,8 +3,9 @@
 appends one JSON line per request to LOG (path, query, the conditional headers it got, the status it
 answered, the time). HTML files carry an ETag (their content's hash) and answer If-None-Match with
 304; other files carry Last-Modified and answer If-Modified-Since with 304. CONTROL, a JSON file read
-at each request, may map paths to a status to answer instead ({"status": {"/docs/a.html": 500}}) and
-require a token ({"token": "…"}: a request without `Authorization: Bearer …` gets 401)."""
+at each request, may map paths to a status to answer instead ({"status": {"/docs/a.html": 500}}), to a
+redirect ({"redirect": {"/docs/": "http://…"}}) or to another Content-Type ({"type": {"/docs/a.txt": "text/html"}}),
+and require a token ({"token": "…"}: a request without `Authorization: Bearer …` gets 401)."""
 
 from __future__ import annotations
 
@@ -30,12 +31,17 @@ def app(root: Path, log: Path, control: Path) -> Callable[..., Iterable[bytes]]:
         authorized = environ.get("HTTP_AUTHORIZATION") == f"Bearer {rules.get('token')}"
         if rules.get("token") and not authorized:
             status, headers, body = 401, [("Content-Type", "text/plain")], b"a token is needed"
+        elif path in rules.get("redirect", {}):
+            status, headers, body = 302, [("Location", rules["redirect"][path])], b""
         else:
             status, headers, body = answer(root, rules.get("status", {}).get(path), path, inm, ims)
+            if path in rules.get("type", {}):
+                headers = [(k, rules["type"][path] if k == "Content-Type" else v) for k, v in headers]
         with log.open("a") as out:
             out.write(json.dumps({"path": path, "query": environ.get("QUERY_STRING", ""), "if_none_match": inm,
                                   "if_modified_since": ims, "status": status, "agent": environ.get("HTTP_USER_AGENT", ""),
-                                  "authorized": authorized, "time": time.time()}) + "\n")
+                                  "authorized": authorized, "host": environ.get("HTTP_HOST", ""),
+                                  "time": time.time()}) + "\n")
         start_response(f"{status} X", [*headers, ("Content-Length", str(len(body)))])
         return [body]
 

@@ -103,6 +103,7 @@ def site(tmp_path: Path, settings: Any) -> Iterator[Site]:
                                cwd=REPO, stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert process.stdout is not None
     site = Site(root, log, control, process, int(process.stdout.readline()))
+    settings.KB_SOURCE_SITE_HOSTS = [f"127.0.0.1:{site.port}"]  # the operator allows this one port of this host
     site.write("robots.txt", "User-agent: *\nDisallow: /docs/internal/\n")
     site.write("docs/index.html", index(site.port))
     site.write("docs/manual.html", manual(FACTS))
@@ -279,7 +280,7 @@ def test_a_site_behind_a_token_gets_the_sources_secret(site: Site, handbook: Fol
     assert all(r["authorized"] for r in site.requests())
 
 
-def test_a_site_location_is_checked_when_added(handbook: Folder) -> None:
+def test_a_site_location_is_checked_when_added(handbook: Folder, settings: Any) -> None:
     with pytest.raises(CommandError, match="user name or password") as refused:
         call_command("source", "add", "secret", "--kind", "site", "--location", "https://bot:s3cr3t@intra.example/docs/",
                      "--folder", "Handbook")
@@ -290,7 +291,11 @@ def test_a_site_location_is_checked_when_added(handbook: Folder) -> None:
     with pytest.raises(CommandError, match="query string"):
         call_command("source", "add", "query", "--kind", "site", "--location", "https://intra.example/docs/?page=1",
                      "--folder", "Handbook")
+    with pytest.raises(CommandError, match="KB_SOURCE_SITE_HOSTS"):  # a host the operator has not listed
+        call_command("source", "add", "intranet", "--kind", "site", "--location", "https://intra.example/docs/",
+                     "--folder", "Handbook")
     assert not Source.objects.exists()
+    settings.KB_SOURCE_SITE_HOSTS = ["intra.example"]
     call_command("source", "add", "intranet", "--kind", "site", "--location", "https://intra.example/docs/",
                  "--folder", "Handbook", "--exclude", "drafts/*")
     assert Source.objects.get().kind == "site"

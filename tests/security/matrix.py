@@ -40,6 +40,7 @@ MODELS = (
     ("auth", "group"), ("auth", "user"),
 )
 ACTIONS = ("view", "add", "change", "delete")
+CONTENT_MANAGER = "content manager"
 
 @dataclass(frozen=True)
 class PermissionSet:
@@ -55,7 +56,8 @@ class PermissionSet:
 
 def permission_sets() -> list[PermissionSet]:
     """No permission; every single permission; every pair within one model of kb and chat (the permissions
-    the document, folder and review surfaces check); wide bundles, three of them also in the review group."""
+    the document, folder and review surfaces check); wide bundles, three of them also in the review group;
+    the content manager."""
     sets = [PermissionSet("none", ())]
     for app, model in MODELS:
         mine = [f"{app}.{action}_{model}" for action in ACTIONS]
@@ -78,6 +80,8 @@ def permission_sets() -> list[PermissionSet]:
         "everything": tuple(every),
     }
     sets += [PermissionSet(name, codenames, wide=True) for name, codenames in bundles.items()]
+    # Staff who keep the sources (issue 47): view, add and change them, reading only what everyone reads.
+    sets.append(PermissionSet(CONTENT_MANAGER, ("kb.view_source", "kb.add_source", "kb.change_source"), wide=True))
     sets += [PermissionSet(f"{name} +support", bundles.get(name, ()), support=True, wide=True)
              for name in ("none", "all view", "everything")]
     return sets

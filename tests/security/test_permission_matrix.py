@@ -1,9 +1,10 @@
 """The leak suite as a permission matrix (issue 28): staff accounts holding no permission, each single Django
-permission of our models (kb, chat, accounts, auth), every pair within one model of kb and chat, and wide
-bundles (some also in the review group), none of them in a restricted document's groups, against every
-operation of the OpenAPI schema, every admin page of the models they hold (bundles: of all models) and the
-review desk, library and viewer. Restricted rows are sampled one per set, rotating over the sets. `make test`
-probes a sample of the sets (sampled_sets; KB_MATRIX_FULL=1 probes all of them, some minutes more).
+permission of our models (kb, chat, accounts, auth), every pair within one model of kb and chat, wide bundles
+(some also in the review group) and a content manager (view, add and change sources; issue 47), none of them
+in a restricted document's groups, against every operation of the OpenAPI schema, every admin page of the
+models they hold (bundles: of all models) and the review desk, library and viewer. Restricted rows are sampled
+one per set, rotating over the sets. `make test` probes a sample of the sets (sampled_sets; KB_MATRIX_FULL=1
+probes all of them, some minutes more).
 
 A probe LEAKS when any response carries a restricted document's code, title, file name, link or id, or a
 restricted folder's name; it ESCALATES when after a write a restricted document, folder, chunk, reader's
@@ -38,6 +39,7 @@ from kb.library.models import Chunk, Document, Folder, Source
 from tests.conftest import OUTPUT
 from tests.security.fortress import Restricted, build
 from tests.security.matrix import (
+    CONTENT_MANAGER,
     MODELS,
     Guarded,
     Matrix,
@@ -82,6 +84,9 @@ class World:
             OidcIdentity.objects.get_or_create(user=reader, issuer="https://idp.example", subject=f"sub-{reader.pk}")
         self.sources = [Source.objects.create(name=name, kind=Source.Kind.FOLDER, location=f"/srv/{name}", folder_id=pk).pk
                         for name, pk in zip(RESTRICTED_SOURCES, self.folders, strict=True)]
+        self.handbook = Folder.objects.get(name="Handbook")  # public: the content manager's
+        self.mirror = Source.objects.create(name="Handbook mirror", kind=Source.Kind.GIT, folder=self.handbook,
+                                            location="https://git.example.com/handbook.git", branch="main").pk
         # sam reviews engineering's answers; the log holds one of his reads: rows to view, change, revoke, export.
         grant = ReviewGrant.objects.create(reviewer=people["sam"], group=people["groups"]["engineering"])
         read = ReviewAccess.objects.create(reviewer=people["sam"], reviewer_name="sam", answer=self.answers[0],
@@ -197,7 +202,8 @@ class World:
             ("POST", "/api/folders"): [{"name": f"Matrix {turn}", "users": [me]}],
             ("POST", "/api/sources"): [{"name": f"Matrix {turn}", "kind": "folder", "location": "/srv/matrix",
                                         "folder": self.folders[turn % len(self.folders)]}],
-            ("PATCH", "/api/sources/{pk}"): [{"location": "/srv/matrix", "include": ["*.md"]}],
+            ("PATCH", "/api/sources/{pk}"): [{"location": "/srv/matrix", "include": ["*.md"]},
+                                            {"branch": f"--upload-pack=touch matrix{turn}; git-upload-pack"}],
             ("POST", "/api/ask"): [{"question": item.secrets[0].questions[0]},
                                    *({"question": "And the next one?", "conversation": c} for c in self.conversations
                                      if who.wide or c == self.conversations[turn % len(self.conversations)])],
@@ -311,6 +317,30 @@ class World:
         probe("admin writes", who, attacker, client, "POST", own,
               data={**form, **self._admin_changes(User, attacker, add=False), "_save": "Save"}, baseline=baseline)
 
+    def content_manager(self, who: PermissionSet, attacker: User, client: Client, baseline: str) -> None:
+        """What the content manager may do, on the public folder's source (the probes above find what they may
+        not): without it a role refused everything would pass. Each probe is rolled back like the others."""
+        probe, mirror = self.matrix.probe, f"/api/sources/{self.mirror}"
+
+        def status(method: str, url: str, body: dict[str, Any] | None = None) -> int:
+            data = None if body is None else json.dumps(body)
+            return probe(CONTENT_MANAGER, who, attacker, client, method, url, data=data,
+                         content_type=None if body is None else "application/json", baseline=baseline).status_code
+
+        listed = probe(CONTENT_MANAGER, who, attacker, client, "GET", "/api/sources")
+        assert [s["name"] for s in json.loads(listed.content)] == ["Handbook mirror"], listed.content
+        assert status("GET", mirror) == 200
+        assert status("PATCH", mirror, {"every": "1h", "path": "docs"}) == 200
+        assert status("PATCH", mirror, {"branch": "--upload-pack=touch matrix; git-upload-pack"}) == 400
+        assert status("POST", "/api/sources", {"name": "Matrix mine", "kind": "git", "folder": self.handbook.pk,
+                                               "location": "https://git.example.com/mine.git"}) == 201
+        assert status("DELETE", mirror) == 403
+        assert status("GET", "/admin/kb/source/") == 200 and status("GET", "/admin/kb/source/add/") == 200
+        assert status("GET", f"/admin/kb/source/{self.mirror}/change/") == 200
+        deleted = probe(CONTENT_MANAGER, who, attacker, client, "POST", f"/admin/kb/source/{self.mirror}/delete/",
+                        data={"post": "yes"}, baseline=baseline)
+        assert deleted.status_code == 403
+
     def _admin_changes(self, model: type[models.Model], attacker: User, *, add: bool) -> dict[str, Any]:
         """What an attacker changes in a form: access to themselves, restricted rows as targets, more power."""
         me = str(attacker.pk)
@@ -351,7 +381,7 @@ def sampled_sets(sets: list[PermissionSet], rng: random.Random) -> list[tuple[in
     """(turn, set) to probe: no permission, and every permission with and without the review group, which between
     them reach every operation and every admin page; then, drawn with `rng`, two of the other bundles and for each
     model one of its single permissions or pairs. A set keeps its turn (the restricted row it is probed on)."""
-    always = {"none", "everything", "everything +support"}
+    always = {"none", "everything", "everything +support", CONTENT_MANAGER}
     chosen = [(turn, who) for turn, who in enumerate(sets) if who.name in always]
     bundles = [(turn, who) for turn, who in enumerate(sets) if who.wide and who.name not in always]
     by_model: dict[tuple[str, ...], list[tuple[int, PermissionSet]]] = {}
@@ -390,6 +420,8 @@ def test_no_staff_permission_set_leaks_or_escalates_on_the_api_or_the_admin(
             world.api(who, attacker, client, turn, baseline)
             world.pages(who, attacker, client, turn)
             world.admin(who, attacker, client, turn, baseline)
+            if who.name == CONTENT_MANAGER:
+                world.content_manager(who, attacker, client, baseline)
             transaction.set_rollback(True)
 
     seconds = time.monotonic() - started

@@ -77,6 +77,7 @@ def probe_source_surfaces(probes: Probes, name: str, client: Client, item: Restr
 def test_a_restricted_folder_filled_by_sources_leaks_nothing(people: dict[str, Any], daphne: int, settings: Any,
                                                              tmp_path: Path) -> None:
     settings.KB_ANSWER_BACKEND = "extractive"
+    settings.KB_SOURCE_FOLDER_ROOTS = [str(tmp_path)]
     people.update(people_and_access())
     # ellen may also view and change sources: the rows whose folder she cannot read must not exist for her.
     people["ellen"].user_permissions.add(*Permission.objects.filter(content_type__model="source"))
@@ -185,8 +186,9 @@ def _in_thread(run: Any) -> threading.Thread:
 
 @pytest.mark.parametrize("kind", ["folder", "git"])
 def test_a_file_moved_from_a_restricted_sub_path_to_a_public_one_is_never_readable_before_it_is_indexed(
-    people: dict[str, Any], tmp_path: Path, kind: str
+    people: dict[str, Any], tmp_path: Path, kind: str, settings: Any
 ) -> None:
+    settings.KB_SOURCE_FOLDER_ROOTS = [str(tmp_path)]
     hr = Folder.objects.create(name="People files")
     folder_set_access(folder=hr, public=False, groups=[people["groups"]["hr"]])
     public = Folder.objects.create(name="Handbook")

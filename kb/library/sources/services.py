@@ -13,6 +13,7 @@ from kb.library.models import Folder, Source
 from kb.library.services import document_delete
 from kb.library.sources import git, site
 from kb.library.sources.listing import ListingError, sub_path
+from kb.library.sources.policy import local_root_check
 from kb.library.sources.secrets import secret_setting, secret_setting_set
 from kb.library.sources.sync import SourceBusy, source_lock
 
@@ -40,8 +41,8 @@ class SourceNameTaken(SourceRejected):
     """Another source has the name already (names are unique, case aside)."""
 
 
-def _checked(*, name: str, kind: str, location: str, path: str, shrink_guard: float, exclude_pk: int | None = None
-             ) -> tuple[str, str, str]:
+def _checked(*, name: str, kind: str, location: str, path: str, shrink_guard: float, exclude_pk: int | None = None,
+             branch: str = "") -> tuple[str, str, str]:
     """The rules a source's settings obey, whether added or changed: (name, location, sub-path) cleaned."""
     name = name.strip()
     if not name:
@@ -55,24 +56,26 @@ def _checked(*, name: str, kind: str, location: str, path: str, shrink_guard: fl
         clean_path = sub_path(path)
         if kind == Source.Kind.GIT:
             git.location_check(location)
+            git.branch_check(branch)
         elif kind == Source.Kind.SITE:
             site.location_check(location)
+        elif kind == Source.Kind.FOLDER:
+            local_root_check(location)
     except ListingError as exc:
         raise SourceRejected(str(exc)) from None
-    if kind == Source.Kind.FOLDER and not location.startswith("/"):
-        raise SourceRejected(f"{location!r}: a folder source needs an absolute path on the server")
     if not 0 <= shrink_guard <= 1:
         raise SourceRejected(f"{shrink_guard}: the shrink guard is a share of the documents, from 0 to 1")
     return name, location.strip(), clean_path
 
 
 def source_check(*, name: str, kind: str, location: str, folder_name: str, path: str = "", shrink_guard: float = 0.5,
-                 operator: bool = True) -> tuple[str, str, str, Folder]:
+                 operator: bool = True, branch: str = "") -> tuple[str, str, str, Folder]:
     """Whether a source may be added as asked (SourceRejected says why): (name, location, sub-path) cleaned
     and its folder. The folder must exist already: its access, set deliberately, is what the source's
     documents get. Only an operator (`manage.py source add`, not the API or the admin) adds a source whose
     name has a token setting: the setting's token would go to whatever location the adder gave."""
-    name, location, clean_path = _checked(name=name, kind=kind, location=location, path=path, shrink_guard=shrink_guard)
+    name, location, clean_path = _checked(name=name, kind=kind, location=location, path=path, shrink_guard=shrink_guard,
+                                          branch=branch)
     if not operator and secret_setting_set(name):
         raise SourceRejected(f"{secret_setting(name)} is set on the server for a source of this name: only an operator "
                              "adds it (manage.py source add)")
@@ -89,7 +92,8 @@ def source_create(*, name: str, kind: str, location: str, folder_name: str, bran
     """A new source filling an existing folder, under the rules of `source_check`. `secret` is its token or
     password (kb.library.sources.secrets)."""
     name, location, clean_path, folder = source_check(name=name, kind=kind, location=location, folder_name=folder_name,
-                                                      path=path, shrink_guard=shrink_guard, operator=operator)
+                                                      path=path, shrink_guard=shrink_guard, operator=operator,
+                                                      branch=branch)
     return Source.objects.create(name=name, kind=kind, location=location, folder=folder, branch=branch.strip(),
                                  path=clean_path, include=list(include), exclude=list(exclude), every=every,
                                  shrink_guard=shrink_guard, secret=secret)
@@ -113,7 +117,7 @@ def source_change(*, source: Source, **changes: Any) -> Source:
         raise SourceRejected(f"{merged['every']} s: the shortest schedule is {MIN_EVERY} s")
     merged["name"], merged["location"], merged["path"] = _checked(
         name=merged["name"], kind=source.kind, location=merged["location"], path=merged["path"],
-        shrink_guard=merged["shrink_guard"], exclude_pk=source.pk)
+        shrink_guard=merged["shrink_guard"], exclude_pk=source.pk, branch=merged["branch"])
     merged["branch"] = merged["branch"].strip()
     merged["include"], merged["exclude"] = list(merged["include"]), list(merged["exclude"])
     moved = merged["location"] != source.location

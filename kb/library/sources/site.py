@@ -5,28 +5,33 @@ the entries.
 
 Incremental: a page indexed before is asked for with its ETag (If-None-Match) or Last-Modified
 (If-Modified-Since); a 304 means unchanged, and the stored original stands in for it (its links, and its
-bytes should the sync want them). HTTP is the standard library's urllib.request: one GET at a time to
+bytes should the sync want them). HTTP is the standard library's http.client: one GET at a time to
 one host needs no connection pool, HTTP/2 or async, and httpx would be a new dependency for none of
-them. Links come from BeautifulSoup, which the HTML extractor uses already. A site that needs a token
-gets it as `Authorization: Bearer` (kb.library.sources.secrets), sent only to the prefix's origin.
+them. Every request goes to an address the operator's policy allows (kb.library.sources.policy), resolved
+once and connected to as checked, redirects included (a redirect is followed as a link, checked again);
+each is bounded in time as a whole and in bytes as it streams, and a run in bytes (docs/SOURCES.md).
+Links come from BeautifulSoup, which the HTML extractor uses already. A site that needs a token gets it as
+`Authorization: Bearer` (kb.library.sources.secrets), sent only to the prefix's origin.
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import logging
 import shutil
+import socket
+import ssl
+import threading
 import time
-import urllib.request
 from collections import deque
+from contextlib import suppress
 from dataclasses import dataclass
 from email.message import Message
 from email.utils import parsedate_to_datetime
 from functools import partial
 from http.client import HTTPException
 from pathlib import PurePosixPath
-from typing import IO, Any
-from urllib.error import HTTPError
 from urllib.parse import SplitResult, unquote, urldefrag, urljoin, urlsplit
 from urllib.robotparser import RobotFileParser
 from xml.etree import ElementTree
@@ -38,6 +43,7 @@ from kb.library.ingest.extract import SUPPORTED
 from kb.library.models import Document, Source
 from kb.library.sources.git import cache_dir, redact
 from kb.library.sources.listing import Entry, ListingError, selected, sub_path
+from kb.library.sources.policy import site_address_check, site_location_check
 from kb.library.sources.secrets import secret_setting, source_secret
 
 log = logging.getLogger(__name__)
@@ -47,6 +53,26 @@ PAGE_TYPES = {"text/html", "application/xhtml+xml"}
 # URL endings fetched besides the supported types': directories, clean URLs and server-side pages. Anything
 # else (images, stylesheets, scripts, archives) is never requested.
 PAGE_SUFFIXES = {"", ".html", ".htm", ".xhtml", ".shtml", ".php", ".asp", ".aspx", ".jsp"}
+# The content types a linked file may come with: a text kind its own or text/plain (Markdown and
+# reStructuredText also application/octet-stream, which common web servers send for endings they do not
+# know); a binary kind its own or application/octet-stream. Anything else is not the file the URL names.
+OCTET_STREAM = "application/octet-stream"
+_OOXML = "application/vnd.openxmlformats-officedocument."
+FILE_TYPES = {
+    ".txt": {"text/plain"},
+    ".md": {"text/markdown", "text/x-markdown", "text/plain", OCTET_STREAM},
+    ".markdown": {"text/markdown", "text/x-markdown", "text/plain", OCTET_STREAM},
+    ".rst": {"text/x-rst", "text/prs.fallenstein.rst", "text/plain", OCTET_STREAM},
+    ".csv": {"text/csv", "application/csv", "text/plain"},
+    ".eml": {"message/rfc822", "text/plain"},
+    ".rtf": {"application/rtf", "text/rtf", OCTET_STREAM},
+    ".pdf": {"application/pdf", OCTET_STREAM},
+    ".docx": {_OOXML + "wordprocessingml.document", OCTET_STREAM},
+    ".pptx": {_OOXML + "presentationml.presentation", OCTET_STREAM},
+    ".xlsx": {_OOXML + "spreadsheetml.sheet", OCTET_STREAM},
+    ".odt": {"application/vnd.oasis.opendocument.text", OCTET_STREAM},
+    ".epub": {"application/epub+zip", OCTET_STREAM},
+}
 GONE = {404, 410}  # the page was deleted at the site: not listed, so its document goes
 MAX_TAG = 190  # characters of an ETag or Last-Modified kept (Document.source_etag holds 200); longer: the content hash
 
@@ -62,6 +88,11 @@ def location_check(location: str) -> None:
                            "the KB_SOURCE_<NAME>_TOKEN setting), never in the source's location")
     if parts.query:
         raise ListingError(f"{location!r}: the start URL has a query string; start at a page or directory")
+    try:
+        parts.port  # noqa: B018  # a port that is not a number raises here
+    except ValueError:
+        raise ListingError(f"{location!r}: the port is not a number") from None
+    site_location_check(location)
 
 
 def _origin(parts: SplitResult) -> str:
@@ -125,55 +156,107 @@ class _Response:
     body: bytes = b""
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect comes back as its 3xx response: the crawl follows its target as a link, only inside the prefix."""
+class _Pinned(http.client.HTTPConnection):
+    """HTTP to the address the policy checked (kb.library.sources.policy.site_address_check): the name is never
+    resolved again, so DNS cannot send the connection elsewhere; the Host header is still the name."""
 
-    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str, headers: Message,
-                         newurl: str) -> None:
-        return None
+    def __init__(self, host: str, port: int, *, address: str, timeout: float) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self._create_connection = partial(_connect, address)
+
+
+class _PinnedTLS(http.client.HTTPSConnection):
+    """HTTPS likewise; the certificate is checked for the name (SNI and host name), not the address."""
+
+    def __init__(self, host: str, port: int, *, address: str, timeout: float) -> None:
+        super().__init__(host, port, timeout=timeout, context=ssl.create_default_context())
+        self._create_connection = partial(_connect, address)
+
+
+def _connect(address: str, where: tuple[str, int], timeout: float, source: tuple[str, int] | None = None) -> socket.socket:
+    return socket.create_connection((address, where[1]), timeout, source)
+
+
+def _cut(connection: http.client.HTTPConnection, expired: threading.Event) -> None:
+    """The request's deadline passed: its socket is shut, whatever read or handshake is waiting on it returns."""
+    expired.set()
+    if connection.sock is not None:
+        with suppress(OSError):
+            connection.sock.shutdown(socket.SHUT_RDWR)
 
 
 class _Client:
-    """GETs to the site, one at a time and `delay` seconds apart, each within `timeout` and `max_bytes`,
-    with the source's token when it has one (the crawl never asks another origin)."""
+    """GETs to the site, one at a time and `delay` seconds apart, each whole within `timeout` seconds and
+    `max_bytes`, all of a run within `run_bytes`, each to an address the policy allows, with the source's
+    token when it has one (the crawl never asks another origin)."""
 
-    def __init__(self, *, delay: float, timeout: float, max_bytes: int, token: str | None) -> None:
-        self.opener = urllib.request.build_opener(_NoRedirects)
-        self.delay, self.timeout, self.max_bytes = delay, timeout, max_bytes
+    def __init__(self, *, delay: float, timeout: float, max_bytes: int, run_bytes: int, token: str | None) -> None:
+        self.delay, self.timeout, self.max_bytes, self.run_bytes = delay, timeout, max_bytes, run_bytes
         self.headers = {"User-Agent": USER_AGENT} | ({"Authorization": f"Bearer {token}"} if token else {})
         self.requests = 0
+        self.fetched = 0  # bytes of bodies read this run
         self._next_at = 0.0
 
     def get(self, url: str, headers: dict[str, str] | None = None) -> _Response:
-        """The response whatever its status; OSError when there is none (refused, no such host, timed out,
-        too large)."""
+        """The response whatever its status (a body only with a 200); OSError when there is none (refused, no
+        such host, too large); ListingError, which fails the run, when the address is outside the policy, the
+        request takes longer than `timeout` or the run's bytes would pass `run_bytes`."""
         wait = self._next_at - time.monotonic()
         if wait > 0:
             time.sleep(wait)
         self.requests += 1
-        # Only http(s) URLs get here: the start URL's scheme is checked and every link must share its origin.
-        request = urllib.request.Request(url, headers=self.headers | (headers or {}))  # noqa: S310
+        parts = urlsplit(url)
+        https = parts.scheme.lower() == "https"
+        port = parts.port or (443 if https else 80)
+        address = site_address_check(parts.hostname or "", port)
+        kind = _PinnedTLS if https else _Pinned
+        connection = kind(parts.hostname or "", port, address=address, timeout=self.timeout)
+        deadline = time.monotonic() + self.timeout
+        expired = threading.Event()
+        timer = threading.Timer(self.timeout, _cut, (connection, expired))
+        timer.daemon = True
+        timer.start()
         try:
-            with self.opener.open(request, timeout=self.timeout) as response:
-                return _Response(response.status, response.headers, self._body(response))
-        except HTTPError as exc:
-            with exc:
-                return _Response(exc.code, exc.headers)
-        except (HTTPException, ValueError) as exc:  # a broken response, a URL http.client refuses
+            connection.request("GET", parts.path or "/", headers=self.headers | (headers or {}))
+            response = connection.getresponse()
+            body = self._body(response, deadline) if response.status == 200 else b""
+            if expired.is_set():
+                raise TimeoutError
+            return _Response(response.status, response.headers, body)
+        except (OSError, HTTPException, ValueError) as exc:  # refused, reset, a broken response, a URL http.client refuses
+            if expired.is_set() or time.monotonic() >= deadline:
+                raise ListingError(f"{url}: no complete answer within {self.timeout:g} s (KB_SOURCE_SITE_TIMEOUT); "
+                                   "the site is too slow, nothing was changed") from None
+            if isinstance(exc, OSError):
+                raise
             raise OSError(f"{type(exc).__name__}: {exc}") from None
         finally:
+            timer.cancel()
+            connection.close()
             self._next_at = time.monotonic() + self.delay
 
-    def _body(self, response: Any) -> bytes:
-        limit = self.max_bytes
-        too_large = OSError(f"larger than {limit // 2**20} MB (KB_MAX_UPLOAD_MB)")
+    def _body(self, response: http.client.HTTPResponse, deadline: float) -> bytes:
+        """The body, read as it comes and stopped at the first byte over a limit (before anything is kept)."""
+        limit = min(self.max_bytes, self.run_bytes - self.fetched)
         length = response.headers.get("Content-Length", "")
         if length.isdigit() and int(length) > limit:
-            raise too_large
-        body = response.read(limit + 1)
-        if len(body) > limit:
-            raise too_large
-        return bytes(body)
+            self._too_large(int(length))
+        chunks, size = [], 0
+        while chunk := response.read1(2**16):
+            size += len(chunk)
+            if size > limit:
+                self._too_large(size)
+            if time.monotonic() >= deadline:
+                raise TimeoutError
+            chunks.append(chunk)
+        self.fetched += size
+        return b"".join(chunks)
+
+    def _too_large(self, size: int) -> None:
+        if self.fetched + size > self.run_bytes:
+            raise ListingError(f"the site sent more than {self.run_bytes // 2**20} MB in this run "
+                               "(KB_SOURCE_SITE_MAX_RUN_MB); nothing was changed")
+        raise OSError(f"larger than {self.max_bytes // 2**20} MB (KB_MAX_UPLOAD_MB)")
 
 
 def _read_stored(storage: Storage, name: str) -> bytes:
@@ -215,7 +298,8 @@ class _Crawl:
         self.location = source.location.strip()
         self.prefix = Prefix.of(self.location)
         self.client = _Client(delay=settings.KB_SOURCE_SITE_DELAY, timeout=settings.KB_SOURCE_SITE_TIMEOUT,
-                              max_bytes=settings.KB_MAX_UPLOAD_MB * 2**20, token=source_secret(source))
+                              max_bytes=settings.KB_MAX_UPLOAD_MB * 2**20,
+                              run_bytes=settings.KB_SOURCE_SITE_MAX_RUN_MB * 2**20, token=source_secret(source))
         self.budget = settings.KB_SOURCE_SITE_MAX_PAGES
         self.robots = RobotFileParser()
         self.stored = {d.source_path: d for d in source.documents.only("source_path", "source_etag", "file", "size")}
@@ -340,8 +424,15 @@ class _Crawl:
             self._failed(url, path, stored, f"HTTP {status}")
 
     def _fetched(self, url: str, path: str, response: _Response) -> None:
-        if _is_page(path) and response.headers.get_content_type() not in PAGE_TYPES:
+        served = response.headers.get_content_type()
+        if _is_page(path) and served not in PAGE_TYPES:
             return  # a URL that looked like a page serves something else (an image, a download): not a document
+        suffix = PurePosixPath(path).suffix.lower()
+        if not _is_page(path) and served not in FILE_TYPES[suffix]:
+            # An error page or an API's JSON at a URL ending in .txt is not the file its name promises.
+            self._failed(url, path, self.stored.get(path), f"served as {served}, not as a {suffix} file "
+                                                           f"({', '.join(sorted(FILE_TYPES[suffix]))})")
+            return
         digest = hashlib.sha256(response.body).hexdigest()
         spooled = self.spool / str(len(self.entries))
         spooled.write_bytes(response.body)
