@@ -117,7 +117,8 @@ def bulk_load(n: int, texts: list[str], base: np.ndarray, packed: list[bytes],
         cur.execute("SET maintenance_work_mem = '1GB'")
         for definition in indexes:
             cur.execute(definition)
-        cur.execute("REFRESH MATERIALIZED VIEW search_lexeme_stats")
+        for view in ("search_lexeme_stats", "search_acl_lexeme_stats", "search_acl_chunk_totals"):
+            cur.execute(f"REFRESH MATERIALIZED VIEW {view}")
         # VACUUM too: otherwise autovacuum finds 100,000 new rows (and their 5 GiB of TOAST) and scans
         # them while the timings run, as it would not on a table that has been in service a while.
         cur.execute("VACUUM (ANALYZE) kb_chunk")

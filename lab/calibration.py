@@ -70,10 +70,18 @@ def folds(groups: Sequence[str], labels: np.ndarray, *, k: int, prior: np.ndarra
     return out
 
 
-def cutoff_for(probabilities: np.ndarray, labels: np.ndarray, *, target: float) -> float:
-    """The highest cutoff that refuses at most `target` of the answerable samples."""
-    answerable = np.sort(probabilities[labels == 1])
-    allowed = math.floor(target * len(answerable))  # this many may fall below the cutoff
+def cutoff_for(probabilities: np.ndarray, labels: np.ndarray, *, target: float,
+               weights: np.ndarray | None = None) -> float:
+    """The highest cutoff that refuses at most `target` of the answerable samples (of their weight, when each
+    has one: lab.verdicts weighs a judge's verdicts so that no one judge moves the cutoff alone)."""
+    if weights is None:
+        answerable = np.sort(probabilities[labels == 1])
+        allowed = math.floor(target * len(answerable))  # this many may fall below the cutoff
+        return float(answerable[allowed]) if allowed < len(answerable) else 1.0
+    order = np.argsort(probabilities[labels == 1], kind="stable")
+    answerable, weight = probabilities[labels == 1][order], np.asarray(weights, dtype=float)[labels == 1][order]
+    below = np.concatenate([[0.0], np.cumsum(weight)])  # the weight refused at each sample's probability, and all
+    allowed = int(np.searchsorted(below, target * weight.sum() * (1 + 1e-9), side="right")) - 1
     return float(answerable[allowed]) if allowed < len(answerable) else 1.0
 
 
@@ -105,7 +113,8 @@ def cross_validate(matrix: np.ndarray, labels: np.ndarray, groups: Sequence[str]
         model = fit(matrix[train], labels[train], features=features, l2=l2,
                     weights=None if weights is None else weights[train])
         chosen = train & scored
-        cutoff = cutoff_for(model.probabilities(matrix[chosen]), labels[chosen], target=target)
+        cutoff = cutoff_for(model.probabilities(matrix[chosen]), labels[chosen], target=target,
+                            weights=None if weights is None else weights[chosen])
         probabilities[test] = model.probabilities(matrix[test])
         refused[test] = probabilities[test] < cutoff
     return CrossValidation(probabilities[scored], fold[scored], float(refused[scored & (labels == 1)].mean()),
@@ -140,7 +149,8 @@ def auc(probabilities: np.ndarray, labels: np.ndarray) -> float:
 class Samples:
     """One row per question of a calibration set: its signals, 1 if answerable, and its fold group.
     `prior` marks samples that are only fitted on, with weight `prior_weight` each (lab.verdicts: the
-    shipped model's samples beside a deployment's verdicts); every figure is of the others."""
+    shipped model's samples beside a deployment's verdicts); every figure is of the others. `sample_weights`
+    weigh the others in the fit and the cutoff (lab.verdicts.weigh); the figures count them once each."""
 
     ids: list[str]
     matrix: np.ndarray
@@ -149,6 +159,7 @@ class Samples:
     nearest: np.ndarray
     prior: np.ndarray | None = None
     prior_weight: float = 1.0
+    sample_weights: np.ndarray | None = None  # each scored sample's own (lab.verdicts: per judge); default 1
 
     @property
     def scored(self) -> np.ndarray:
@@ -156,7 +167,10 @@ class Samples:
 
     @property
     def weights(self) -> np.ndarray | None:
-        return None if self.prior is None else np.where(self.prior, self.prior_weight, 1.0)
+        if self.prior is None and self.sample_weights is None:
+            return None
+        own = np.ones(len(self.labels)) if self.sample_weights is None else np.asarray(self.sample_weights, dtype=float)
+        return own if self.prior is None else np.where(self.prior, self.prior_weight, own)
 
 
 def samples(*, questions: Sequence[Mapping[str, Any]], ood: Sequence[Mapping[str, Any]],
@@ -226,7 +240,9 @@ def calibrate(data: Samples, *, features: Sequence[str], k: int = 5, l2: float =
                         weights=data.weights, prior=data.prior)
     model = fit(data.matrix, data.labels, features=features, l2=l2, weights=data.weights)
     labels = data.labels[scored]
-    cutoff = cutoff_for(model.probabilities(data.matrix[scored]), labels, target=target)
+    weights = data.weights
+    cutoff = cutoff_for(model.probabilities(data.matrix[scored]), labels, target=target,
+                        weights=None if weights is None else weights[scored])
     model = replace(model, cutoff=min(max(cutoff, 1e-6), 1 - 1e-6))  # settings need 0 < cutoff < 1
     closeness = -data.nearest[scored]
     return Calibration(model, cv, frontier(cv.probabilities, labels), frontier(closeness, labels),

@@ -75,8 +75,9 @@ class AnswerabilityModelAdmin(RecordAdminMixin, admin.ModelAdmin):
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        """The proposal as an admin decides on it: what it was fitted on, each candidate cross-validated, the
-        chosen one's frontier against the nearest distance alone, its coefficients."""
+        """The proposal as an admin decides on it: what it was fitted on, by judge (with a form to refit
+        without some), each candidate cross-validated, the chosen one's frontier against the nearest distance
+        alone, its coefficients."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         obj = get_object_or_404(AnswerabilityModel.objects.select_related("created_by", "accepted_by", "previous"),
@@ -89,6 +90,9 @@ class AnswerabilityModelAdmin(RecordAdminMixin, admin.ModelAdmin):
             "opts": self.opts, "title": f"{obj} ({obj.state})", "obj": obj, "chosen": chosen,
             "frontier": list(zip(chosen.get("frontier", []), baseline, strict=False)),
             "coefficients": list(zip(model["features"], model["coefficients"], strict=True)),
+            "judges": obj.fitted_on.get("judges", []), "left_out": obj.fitted_on.get("left_out", []),
+            "over_cap": any(j["share"] > obj.fitted_on.get("max_judge_share", 1.0) + 1e-6
+                            for j in obj.fitted_on.get("judges", [])),
             "active": AnswerabilityModel.objects.filter(active=True).first(), "may_accept": may_accept(request.user),
         }
         return TemplateResponse(request, "admin/search/answerabilitymodel/detail.html", context)
@@ -98,13 +102,16 @@ class AnswerabilityModelAdmin(RecordAdminMixin, admin.ModelAdmin):
             raise PermissionDenied
 
     def refit_view(self, request: HttpRequest) -> HttpResponseRedirect:
+        """Refit from every verdict, or (the proposal's form) less those of the judges ticked to leave out."""
         self._post(request)
         try:
-            proposal = refit_from_verdicts(user=request.user)
+            proposal = refit_from_verdicts(user=request.user, leave_out=request.POST.getlist("leave_out"))
         except AnswerabilityError as exc:
             self.message_user(request, f"No refit: {exc}", messages.ERROR)
             return HttpResponseRedirect(reverse("admin:search_answerabilitymodel_changelist"))
-        self.message_user(request, f"{proposal} proposed; nothing changes until you accept it")
+        left_out = proposal.fitted_on.get("left_out") or []
+        without = f" without the verdicts of {', '.join(left_out)}" if left_out else ""
+        self.message_user(request, f"{proposal} proposed{without}; nothing changes until you accept it")
         return HttpResponseRedirect(reverse("admin:search_answerabilitymodel_change", args=[proposal.pk]))
 
     def accept_view(self, request: HttpRequest, pk: int) -> HttpResponseRedirect:

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from kb.library.access import staff_may
 from search.models import AnswerabilityModel
+from search.stats import idf_sql, readable_ndoc_sql, readable_total_sql
 
 # Signals the model may use; a model names the subset it was fitted on.
 SIGNALS = ("nearest", "gap", "late_best", "weakest", "unknown_share", "agreement", "screen")
@@ -42,8 +43,8 @@ class Signals:
     weakest: over the top `DEPTH` passages, the best "weakest word" — for each passage the
     lowest match of any content word piece of the question (a passage that leaves one
     rare word unmatched does not answer it). unknown_share: share of the question's content
-    words no indexed passage uses. agreement: share of the dense top 10 that the lexical list
-    also ranks in its top 10. screen: 1 for a where/which-field question.
+    words no passage the asker may read uses (word_statistics). agreement: share of the dense
+    top 10 that the lexical list also ranks in its top 10. screen: 1 for a where/which-field question.
     """
 
     nearest: float
@@ -220,48 +221,63 @@ _refit: list[Refitter] = []
 
 def refit_register(refit: Refitter) -> None:
     """The lab registers its refit from verdicts here (search never imports the lab): the admin's
-    "refit from verdicts" calls it as `refit(user=...)` and gets a proposal back."""
+    "refit from verdicts" calls it as `refit(user=..., leave_out=...)` and gets a proposal back."""
     _refit[:] = [refit]
 
 
-def refit_from_verdicts(*, user: Any) -> AnswerabilityModel:
-    """A proposal refitted from this deployment's verdicts, by the registered refit."""
+def refit_from_verdicts(*, user: Any, leave_out: Sequence[str] = ()) -> AnswerabilityModel:
+    """A proposal refitted from this deployment's verdicts, less those of the judges (usernames) in `leave_out`,
+    by the registered refit."""
     if not may_accept(user):
         raise AnswerabilityError("you may not refit answerability models")
     if not _refit:
         raise AnswerabilityError("no refit is installed (the lab app is not)")
-    return _refit[0](user=user)
+    return _refit[0](user=user, leave_out=tuple(leave_out))
 
 
 # Signals ------------------------------------------------------------------------------
 
 
-def word_counts(words: Sequence[str]) -> list[tuple[int, int]]:
-    """For each word: how many lexemes it has (0: a stop word or punctuation) and in how many
-    chunks its most common lexeme occurs (0: no indexed passage uses the word)."""
+_READABLE = "%(principals)s::varchar[]"
+_WORD_STATISTICS_SQL = f"""
+    SELECT q.i, count(l.lexeme), coalesce(max(s.ndoc), 0),
+           coalesce(max({idf_sql(ndoc="coalesce(s.ndoc, 0)", total="n.total")}) FILTER (WHERE l.lexeme IS NOT NULL), 0)
+    FROM unnest(%(words)s::text[]) WITH ORDINALITY AS q(word, i)
+    LEFT JOIN LATERAL unnest(tsvector_to_array(to_tsvector('english', q.word))) AS l(lexeme) ON true
+    LEFT JOIN LATERAL (SELECT {readable_ndoc_sql(word="l.lexeme", principals=_READABLE)} AS ndoc) s ON true
+    CROSS JOIN (SELECT greatest(coalesce({readable_total_sql(_READABLE)}, 1), 1) AS total) n
+    GROUP BY q.i
+"""  # noqa: S608 (SQL expressions only: the words and principals are parameters)
+
+
+@dataclass(frozen=True)
+class WordStat:
+    """One word of a question, counted over the chunks the asker may read (search.stats): how many lexemes it
+    has (0: a stop word or punctuation), in how many of those chunks its most common lexeme occurs (0: none
+    uses it), and its rarest lexeme's IDF there (0 for a stop word: late interaction's weight, search.late)."""
+
+    word: str
+    lexemes: int
+    ndoc: int
+    idf: float
+
+
+def word_statistics(words: Sequence[str], *, principals: Sequence[str]) -> list[WordStat]:
+    """Each word's statistics over the chunks `principals` may read, in one query: a restricted document that
+    uses a word moves nothing an outsider's search computes or shows (docs/SECURITY.md, "Refusal signals")."""
     if not words:
         return []
     with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT q.i, count(l.lexeme), coalesce(max(s.ndoc), 0)
-            FROM unnest(%s::text[]) WITH ORDINALITY AS q(word, i)
-            LEFT JOIN LATERAL unnest(tsvector_to_array(to_tsvector('english', q.word))) AS l(lexeme) ON true
-            LEFT JOIN search_lexeme_stats s ON s.word = l.lexeme
-            GROUP BY q.i
-            """,
-            [list(words)],
-        )
-        found = {int(i): (int(n), int(ndoc)) for i, n, ndoc in cursor.fetchall()}
-    return [found.get(i, (0, 0)) for i in range(1, len(words) + 1)]
+        cursor.execute(_WORD_STATISTICS_SQL, {"words": list(words), "principals": list(principals)})
+        found = {int(i): (int(n), int(nd), float(idf)) for i, n, nd, idf in cursor.fetchall()}
+    return [WordStat(word, *found.get(i, (0, 0, 0.0))) for i, word in enumerate(words, 1)]
 
 
-def unknown_words(words: Sequence[str]) -> tuple[list[str], int]:
-    """The content words no indexed passage uses (each once, in order), and how many content words there are."""
-    counts = word_counts(words)
-    content = [w for w, (lexemes, _) in zip(words, counts, strict=True) if lexemes]
-    unknown = [w for w, (lexemes, ndoc) in zip(words, counts, strict=True) if lexemes and not ndoc]
-    return list(dict.fromkeys(unknown)), len(content)
+def unknown_words(stats: Sequence[WordStat]) -> tuple[list[str], int]:
+    """The content words no passage the asker may read uses (each once, in order), and how many content words
+    there are."""
+    unknown = [s.word for s in stats if s.lexemes and not s.ndoc]
+    return list(dict.fromkeys(unknown)), sum(1 for s in stats if s.lexemes)
 
 
 def weakest_matches(query_vectors: np.ndarray, weights: np.ndarray, chunks: Sequence[np.ndarray]) -> list[float]:
@@ -302,6 +318,6 @@ def refusal_reason(signals: Signals | None, *, probability: float | None, cutoff
         parts.append(f"the nearest passage is at cosine distance {signals.nearest:.3f}, above the threshold "
                      f"{threshold:.3f}")
     # Nothing here names a passage or says which words the index holds: the reason is stored with the
-    # answer, which reviewers with other access read, and the word statistics cover every document.
+    # answer, which reviewers with other access read. Every figure in it comes from chunks the asker may read.
     parts.append("ask with the words your documents use, or ask someone who can read more of them")
     return "NO ANSWER: " + "; ".join(parts)

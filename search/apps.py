@@ -6,11 +6,12 @@ class SearchConfig(AppConfig):
     name = "search"
 
     def ready(self) -> None:
-        from kb.library.events import document_indexed
+        from kb.library.events import access_changed, document_indexed
         from search.answerability import AnswerabilityError, settings_model
-        from search.stats import on_document_indexed
+        from search.stats import on_access_changed, on_document_indexed
 
         document_indexed.connect(on_document_indexed, dispatch_uid="search.lexeme_stats")
+        access_changed.connect(on_access_changed, dispatch_uid="search.acl_lexeme_stats")
         try:  # a broken model fails at start-up, not on the first question
             settings_model()
         except AnswerabilityError as exc:

@@ -31,7 +31,7 @@ from kb.library.ingest import embedding
 from kb.library.ingest.classify import SCREEN, classify_query
 from kb.library.models import Chunk, passage_link
 from search import answerability, late, replica, rerank
-from search.stats import CHUNK_TOTAL_SQL, idf_sql
+from search.stats import idf_sql, readable_ndoc_sql, readable_total_sql
 
 WORD = re.compile(r"[A-Za-z0-9][\w'’.-]*[A-Za-z0-9]|[A-Za-z0-9]")
 IDENTIFIER = re.compile(r"-{1,2}[A-Za-z][\w-]+|[A-Za-z0-9_][\w.:/-]*[\w]")
@@ -40,6 +40,7 @@ REGEX_SPECIALS = re.compile(r"[.^$*+?()\[\]{}|\\]")  # PostgreSQL's regular expr
 # Matching chunks the identifier list reads at most: a short identifier's trigrams match thousands of
 # chunks on a large corpus, each checked against its text (~40 us apiece).
 IDENT_SCAN = 500
+PRINCIPALS = "%(principals)s::varchar[]"
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def lexical_query(query: str) -> str:
 def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
     # Each candidate list carries the ACL overlap in its own WHERE, ahead of ORDER BY/LIMIT,
     # so a restricted chunk is never ranked for this user (tests assert it on this SQL).
-    acl = "c.acl && %(principals)s::varchar[]"
+    acl = f"c.acl && {PRINCIPALS}"
     empty = "SELECT NULL::bigint AS id, NULL::bigint AS r WHERE false"
     dense_sql = f"""
         SELECT id, row_number() OVER (ORDER BY distance, id) AS r FROM (
@@ -204,14 +205,15 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
         ) t"""
     else:
         ident_sql = empty
-    # A lexeme the statistics do not know yet counts as rare.
+    # A lexeme's frequency is counted over the chunks this user may read (search.stats), so no restricted
+    # document moves which words select candidates or how they weigh. A lexeme they cannot find counts as rare.
     picked_sql = f"""
         SELECT w.word, to_tsquery('simple', quote_literal(w.word)) AS q,
                {idf_sql(ndoc="coalesce(s.ndoc, 0)", total="coalesce(n.total, 1)")} AS idf,
                coalesce(s.ndoc, 0) AS ndoc
         FROM unnest(tsvector_to_array(to_tsvector('english', %(lexical)s))) AS w(word)
-        LEFT JOIN search_lexeme_stats s ON s.word = w.word
-        CROSS JOIN (SELECT {CHUNK_TOTAL_SQL} AS total) n
+        CROSS JOIN LATERAL (SELECT {readable_ndoc_sql(word="w.word", principals=PRINCIPALS)} AS ndoc) s
+        CROSS JOIN (SELECT {readable_total_sql(PRINCIPALS)} AS total) n
         WHERE coalesce(s.ndoc, 0) <= %(max_share)s * greatest(coalesce(n.total, 1), 1)
         ORDER BY idf DESC LIMIT %(max_terms)s"""
     return f"""
@@ -314,11 +316,13 @@ def _drop_duplicates(hits: list[Hit], vectors: dict[int, np.ndarray], *, duplica
     return [hits[i] for i in kept]
 
 
-def _late_signals(query: str, pieces: np.ndarray, head: list[Hit], texts: dict[int, str]) -> dict[int, tuple[float, float]]:
-    """Each hit's late-interaction score and weakest word match (answerability.weakest_matches), by chunk id."""
+def _late_signals(query: str, pieces: np.ndarray, head: list[Hit], texts: dict[int, str],
+                  words: Sequence[answerability.WordStat]) -> dict[int, tuple[float, float]]:
+    """Each hit's late-interaction score and weakest word match (answerability.weakest_matches), by chunk id;
+    the query's words weigh by their IDF over what the user may read (`words`, one per WORD match)."""
     spans = [m.span() for m in WORD.finditer(query)]
     vectors = late.chunk_vectors([(h.chunk_id, texts[h.chunk_id]) for h in head])
-    weights = late.query_weights(query, spans)
+    weights = late.query_weights(query, spans, [w.idf for w in words])
     scores = late.scores(pieces, weights, vectors)
     weakest = answerability.weakest_matches(pieces, weights, vectors)
     return {h.chunk_id: (s, w) for h, s, w in zip(head, scores, weakest, strict=True)}
@@ -378,15 +382,16 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     fused = hits
     hits = _drop_duplicates(hits, vectors, duplicate=options.duplicate)
     scored: dict[int, tuple[float, float]] = {}
+    words = answerability.word_statistics(WORD.findall(query), principals=principals) if hits else []
     if options.late_depth and hits:
         late_at = time.perf_counter()
-        scored = _late_signals(query, pieces, hits[: options.late_depth], texts)
+        scored = _late_signals(query, pieces, hits[: options.late_depth], texts, words)
         hits = _late_rerank(hits, scored, depth=options.late_depth, weight=options.late_weight)
         timings["late"] = (time.perf_counter() - late_at) * 1000
     elif hits:  # the stage is off, but the answerability signals read its scores of the top hits
-        scored = _late_signals(query, pieces, hits[: answerability.DEPTH], texts)
+        scored = _late_signals(query, pieces, hits[: answerability.DEPTH], texts, words)
     decided_at = time.perf_counter()
-    answerable = _decide(result, query=query, fused=fused, hits=hits, scored=scored, options=options)
+    answerable = _decide(result, words=words, fused=fused, hits=hits, scored=scored, options=options)
     timings["answerability"] = (time.perf_counter() - decided_at) * 1000
     # Once the question is answerable, sources may be a margin farther than the threshold (or the nearest).
     reach = max(options.threshold, result.nearest_distance or 0.0) + options.source_margin
@@ -406,13 +411,14 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     return result
 
 
-def _decide(result: SearchResult, *, query: str, fused: list[Hit], hits: list[Hit], scored: dict[int, tuple[float, float]],
-            options: SearchOptions) -> bool:
+def _decide(result: SearchResult, *, words: Sequence[answerability.WordStat], fused: list[Hit], hits: list[Hit],
+            scored: dict[int, tuple[float, float]], options: SearchOptions) -> bool:
     """Answer or refuse: the calibrated answerability model when one is configured, else the distance
-    threshold. Records the signals (and the model's probability) on `result` for the reason and evaluation."""
+    threshold. Records the signals (and the model's probability) on `result` for the reason and evaluation.
+    Every signal is computed from chunks the user may read (`words`: counted over them), so neither the
+    decision nor the confidence a refusal prints moves when restricted documents come and go."""
     if not hits or result.nearest_distance is None:
         return False
-    words = WORD.findall(query)
     unknown, content = answerability.unknown_words(words)
     top = hits[: answerability.DEPTH]
     result.signals = answerability.Signals(
@@ -420,7 +426,7 @@ def _decide(result: SearchResult, *, query: str, fused: list[Hit], hits: list[Hi
         gap=answerability.gap([h.distance for h in fused]),
         late_best=max((scored.get(h.chunk_id, (0.0, 0.0))[0] for h in top), default=0.0),
         weakest=max((scored.get(h.chunk_id, (0.0, 0.0))[1] for h in top), default=0.0),
-        unknown_share=len([w for w in words if w in unknown]) / content if content else 0.0,
+        unknown_share=len([w for w in words if w.word in unknown]) / content if content else 0.0,
         agreement=answerability.agreement([h.ranks for h in fused]),
         screen=1.0 if result.intent == SCREEN else 0.0,
         unknown_words=tuple(unknown),

@@ -1,7 +1,9 @@
 """Corpus statistics for lexical ranking, refreshed after indexing (debounced on the workers).
 
-Document frequencies are counted over every chunk, not per user: like any search engine's
-IDF they shape the order of what a user may see, never what they may see.
+`search_lexeme_stats` counts document frequencies over every chunk. Search reads the per-access-list
+counts instead (`search_acl_lexeme_stats`, `search_acl_chunk_totals`), summed over the access lists
+a user's principals overlap: the statistics behind a user's ranking and answer/refuse signals are
+those of the chunks they may read, and do not move when restricted documents come and go.
 """
 
 from __future__ import annotations
@@ -11,6 +13,18 @@ from django.db import connection, transaction
 # The chunk total, as an SQL expression: every row of the view carries it, so one row is read, not
 # an aggregate over the whole vocabulary (hundreds of thousands of lexemes on a large corpus).
 CHUNK_TOTAL_SQL = "(SELECT total FROM search_lexeme_stats LIMIT 1)"
+
+
+def readable_total_sql(principals: str) -> str:
+    """The number of chunks a user may read, as an SQL expression over `principals` (an SQL varchar[]):
+    the sum over the access lists that overlap them, each chunk having exactly one."""
+    return f"(SELECT sum(t.total) FROM search_acl_chunk_totals t WHERE t.acl && {principals})"  # noqa: S608 (SQL only)
+
+
+def readable_ndoc_sql(*, word: str, principals: str) -> str:
+    """In how many chunks a user may read lexeme `word` occurs (NULL: none), as an SQL expression."""
+    return (f"(SELECT sum(a.ndoc) FROM search_acl_lexeme_stats a "  # noqa: S608 (SQL expressions, no values)
+            f"WHERE a.word = {word} AND a.acl && {principals})")
 
 
 def idf_sql(*, ndoc: str, total: str) -> str:
@@ -36,6 +50,8 @@ def lexeme_stats_refresh() -> None:
         # CONCURRENTLY keeps searches reading the old statistics while new ones are built;
         # it needs the view to have been populated once, which the migration did.
         cursor.execute("REFRESH MATERIALIZED VIEW CONCURRENTLY search_lexeme_stats")
+        cursor.execute("REFRESH MATERIALIZED VIEW CONCURRENTLY search_acl_lexeme_stats")
+        cursor.execute("REFRESH MATERIALIZED VIEW CONCURRENTLY search_acl_chunk_totals")
         for index in gin_indexes():
             cursor.execute("SELECT gin_clean_pending_list(%s::regclass)", [index])
 
@@ -46,6 +62,11 @@ def on_document_indexed(sender: object, *, sync: bool, **kwargs: object) -> None
         lexeme_stats_refresh()
     else:
         lexeme_stats_schedule()
+
+
+def on_access_changed(sender: object, **kwargs: object) -> None:
+    """kb.library.events.access_changed: chunks moved to other access lists, so the per-list statistics follow."""
+    lexeme_stats_schedule()
 
 
 def lexeme_stats_schedule() -> None:

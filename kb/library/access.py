@@ -21,6 +21,7 @@ from accounts.acl import (
     readable_filter,
     user_principal,
 )
+from kb.library.events import access_changed
 from kb.library.models import Chunk, Document, Folder
 
 
@@ -90,7 +91,8 @@ def document_sync_acl(*, document: Document) -> list[str]:
     else:
         served, pending = principals_common(current, principals), principals
     Document.objects.filter(pk=document.pk).update(acl=served, pending_acl=pending)
-    Chunk.objects.filter(document_id=document.pk).update(acl=served)
+    if Chunk.objects.filter(document_id=document.pk).exclude(acl=served).update(acl=served):
+        transaction.on_commit(lambda: access_changed.send(sender=document_sync_acl, document_ids=[document.pk]))
     document.acl, document.pending_acl = served, pending
     return served
 

@@ -17,6 +17,9 @@ GROUP = "kb.documents"
 # Sent once documents are READY, with document_ids: list[int] and sync: bool (True when they were
 # indexed in this process by a caller that waits, e.g. `ingest --sync`; False from a Celery worker).
 document_indexed = Signal()
+# Sent after the transaction that changed who may read documents commits, with document_ids: list[int]:
+# search's word statistics are kept per access list, so they must follow (docs/SECURITY.md, "Refusal signals").
+access_changed = Signal()
 
 
 class DocumentStatusEvent(TypedDict):

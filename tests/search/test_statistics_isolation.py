@@ -9,9 +9,13 @@ from tests.factories import ingested_document
 
 
 def statistics_rows() -> int:
+    """Rows of every statistics view: the corpus-wide one and the per-access-list ones search reads."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM search_lexeme_stats")
-        return int(cursor.fetchone()[0])
+        cursor.execute("SELECT (SELECT count(*) FROM search_lexeme_stats), (SELECT count(*) FROM search_acl_lexeme_stats),"
+                       " (SELECT count(*) FROM search_acl_chunk_totals)")
+        counts = cursor.fetchone()
+    assert (counts[0] > 0) == (counts[1] > 0) == (counts[2] > 0), counts
+    return int(sum(counts))
 
 
 @pytest.mark.django_db(transaction=True)

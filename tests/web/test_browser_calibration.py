@@ -36,6 +36,8 @@ def test_an_admin_recalibrates_from_verdicts_accepts_and_reverts_in_the_admin(
     assert f"{len(QUESTIONS)} (" in fitted_on and "160 samples (shipped_prior.json)" in fitted_on
     assert "nearest" in page.locator("#candidates").inner_text()
     assert page.locator("#frontier tbody tr").count() == 6
+    judges = page.locator("#judges tbody tr")  # who judged: alice, every question once, alone
+    assert judges.count() == 1 and "alice" in judges.inner_text() and "12" in judges.inner_text()
     assert_labelled(page)
     screenshot(page, "calibration-proposal", full_page=True)
     assert decisions(people["carol"]) == before, "a proposal changes nothing"
