@@ -63,9 +63,11 @@ lint: install
 	KB_SETTINGS_ONLY=1 $(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-# Browser tests drive Debian's Chromium (never a downloaded browser); installed once where missing.
+# Browser tests drive Debian's Chromium (never a downloaded browser), and the edge tests a real HAProxy
+# with deploy/haproxy.cfg; both installed once where missing.
 chromium:
-	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
+	command -v chromium >/dev/null && command -v haproxy >/dev/null || \
+		(apt-get update && apt-get install -y chromium haproxy)
 
 clean:
 	rm -rf $(VENV) var test-output

@@ -122,6 +122,9 @@ def _flush_keeps_content_types_and_permissions() -> Iterator[None]:
 def _fast_password_hasher(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.KB_ASKS_PER_MINUTE = 0  # tests ask many questions as one user; tests/robust/test_ask_rate.py sets it
+    # In-process sockets are often left open when a test ends (their slots would lapse only a minute later, while
+    # the next tests reuse the user ids); tests/robust/test_edge_slow.py sets it in its own Daphne.
+    settings.KB_WS_MAX_PER_USER = 0
 
 
 @pytest.fixture(autouse=True)
