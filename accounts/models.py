@@ -61,3 +61,14 @@ class OidcIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subject} @ {self.issuer}"
+
+
+class Profile(models.Model):
+    """What a person chose for themselves; one row, made the first time they choose something."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="kb_profile")
+    # One of settings.LANGUAGES (accounts.language checks it); empty: the browser's language.
+    language = models.CharField(max_length=16, blank=True)
+
+    def __str__(self) -> str:
+        return f"profile of {self.user}"

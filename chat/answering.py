@@ -5,7 +5,9 @@ status(retrieving) → refused, or status(generating) → token… → citations
 an error at any point after retrieval. What only storage needs (the search's figures, every
 source handed to the model, a withdrawal) travels beside them in the stream's `record`. It
 reads the database but writes nothing; the producer in chat.services stores each event
-before publishing it, and tests iterate it directly.
+before publishing it, and tests iterate it directly. The sentences it writes itself (a refusal,
+an error) are in the active language, the asker's (chat.services.answer_produce activates it);
+answers quote the documents in their own words.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from django.db.models.functions import Length, Substr
+from django.utils.translation import gettext, gettext_noop
 
 from chat.backends import Backend, BackendError, get_backend
 from chat.citations import CitationFilter, render_html
@@ -27,7 +30,8 @@ from kb.library.models import Chunk, Document
 from kb.library.viewer import page_in
 from search.retrieval import Hit, SearchOptions, SearchResult, hybrid_search, reassemble
 
-ACCESS_CHANGED = (
+# The English sentences; each is translated where it is sent (gettext), so tests compare with these.
+ACCESS_CHANGED = gettext_noop(
     "Your access to a document this answer was drawing on changed while it was being written, "
     "so it was withdrawn. Ask again to get an answer from what you can read now."
 )
@@ -98,10 +102,10 @@ def _pinpointed(source: Source, answer: str) -> Source:
     return replace(source, focus=(start, end, page))
 
 
-NOT_FOUND = "I couldn't find this in the documents you can read, so I won't guess."
-MAY_HELP = "These passages may help, but none of them answers this directly, so I haven't written an answer."
-TRY_AGAIN = ("Try the words the documents would use (a screen, field, setting or error code), "
-             "or ask the team that owns the topic.")
+NOT_FOUND = gettext_noop("I couldn't find this in the documents you can read, so I won't guess.")
+MAY_HELP = gettext_noop("These passages may help, but none of them answers this directly, so I haven't written an answer.")
+TRY_AGAIN = gettext_noop("Try the words the documents would use (a screen, field, setting or error code), "
+                         "or ask the team that owns the topic.")
 
 
 def refusal_text(result: SearchResult) -> str:
@@ -109,7 +113,7 @@ def refusal_text(result: SearchResult) -> str:
     confidence (those are the reviewers', in `refusal_reason`). Between "answerable" and "nothing
     near" (a passage within the related margin), the closest passages are the help on offer."""
     near = result.nearest_distance is not None and result.nearest_distance <= result.related_distance
-    return f"{MAY_HELP if near else NOT_FOUND} {TRY_AGAIN}"
+    return f"{gettext(MAY_HELP if near else NOT_FOUND)} {gettext(TRY_AGAIN)}"
 
 
 @dataclass
@@ -223,20 +227,21 @@ def _answered(record: AnswerRecord, *, user: Any, question: str, message: int, r
                 timings["first_token_ms"] = _elapsed(started)
             yield {"type": "token", "message": message, "at": length, "text": text}
     except BackendError as exc:
-        yield {"type": "error", "message": message, "error": f"The answer could not be finished: {exc}."}
+        yield {"type": "error", "message": message,
+               "error": gettext("The answer could not be finished: %(reason)s.") % {"reason": exc}}
         return
     finally:
         backend.release()
     if not stream.text.strip():
         yield {"type": "error", "message": message,
-               "error": "The answer could not be finished: the model returned no text."}
+               "error": gettext("The answer could not be finished: the model returned no text.")}
         return
 
     # Access may have changed while the model wrote: check every source it was given, now.
     readable = set(visible_documents(user).filter(pk__in=given).values_list("pk", flat=True))
     if readable != given:
         record.withdrawn = True
-        yield {"type": "error", "message": message, "error": ACCESS_CHANGED}
+        yield {"type": "error", "message": message, "error": gettext(ACCESS_CHANGED)}
         return
     by_number = {s.number: s for s in sources}
     cited = [_pinpointed(by_number[n], stream.text) for n in sorted(stream.cited)]

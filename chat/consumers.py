@@ -6,8 +6,11 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
+from django.utils import translation
+from django.utils.translation import gettext
 from pydantic import BaseModel, Field, ValidationError
 
+from accounts.language import scope_language
 from accounts.websocket import UserConsumer
 from chat.events import ChatEventMessage, Event, group_name
 
@@ -35,10 +38,13 @@ class ChatConsumer(UserConsumer):
     nothing produced in between is lost; token offsets (`at`) drop what the replay
     already covered. The replay is the latest page of messages (chat.selectors.MESSAGES_PAGE;
     the REST API has the earlier ones); optional `?since=<message id>` replays only later messages.
+    What it writes itself is in the reader's language (accounts.language.scope_language), as is
+    what the answer's producer writes for them (chat.services.question_ask passes it on).
     """
 
     conversation_id: int
     group: str
+    language: str
 
     async def connect(self) -> None:
         from chat.selectors import conversation_for_user
@@ -52,11 +58,14 @@ class ChatConsumer(UserConsumer):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.conversation_id, self.group = conversation.pk, group_name(conversation.pk)
+        self.language = await database_sync_to_async(scope_language)(self.scope)
         self.sent: dict[int, int] = {}  # message id -> characters of its text this client has
         self.seen: set[tuple[int | None, str, str]] = set()  # (message, type, state) of one-off events sent
         self.finished: set[int] = set()
         await self.channel_layer.group_add(self.group, self.channel_name)
-        for event in await database_sync_to_async(self._replay)(conversation, user):
+        with translation.override(self.language):
+            replay = await database_sync_to_async(self._replay)(conversation, user)
+        for event in replay:
             await self._relay(event)
 
     def _replay(self, conversation: Any, user: Any) -> list[Event]:
@@ -74,18 +83,19 @@ class ChatConsumer(UserConsumer):
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         from chat.services import ChatError, question_ask
 
-        try:
-            ask = AskIn.model_validate(content)
-        except ValidationError:
-            await self.send_json({"type": "error", "message": None,
-                                  "error": 'send {"type": "ask", "question": "..."} (1 to 2000 characters)'})
-            return
-        try:
-            await database_sync_to_async(question_ask)(
-                user=self.scope["user"], question=ask.question, conversation_id=self.conversation_id
-            )
-        except ChatError as exc:
-            await self.send_json({"type": "error", "message": None, "error": str(exc)})
+        with translation.override(self.language):
+            try:
+                ask = AskIn.model_validate(content)
+            except ValidationError:
+                await self.send_json({"type": "error", "message": None, "error": gettext(
+                    'send {"type": "ask", "question": "..."} (1 to 2000 characters)')})
+                return
+            try:
+                await database_sync_to_async(question_ask)(
+                    user=self.scope["user"], question=ask.question, conversation_id=self.conversation_id
+                )
+            except ChatError as exc:
+                await self.send_json({"type": "error", "message": None, "error": str(exc)})
 
     async def chat_event(self, message: ChatEventMessage) -> None:
         await self._relay(message["event"])

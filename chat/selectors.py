@@ -15,6 +15,8 @@ from typing import Any
 
 from django.contrib.postgres.expressions import ArraySubquery
 from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Prefetch, Q, QuerySet
+from django.utils.html import escape
+from django.utils.translation import gettext, gettext_noop
 
 from accounts.acl import is_active_user
 from chat.citations import render_html
@@ -24,8 +26,9 @@ from chat.review_scope import ReviewScope, access_log, review_scope
 from chat.review_scope import is_reviewer as is_reviewer  # where the API, the pages and judgements ask it
 from kb.library.access import visible_documents
 
-WITHHELD = "This answer is hidden because it draws on a document you cannot read (any more)."
-WITHHELD_ERROR = "The answer could not be finished."
+# English; translated where they are shown (gettext), into the reader's language.
+WITHHELD = gettext_noop("This answer is hidden because it draws on a document you cannot read (any more).")
+WITHHELD_ERROR = gettext_noop("The answer could not be finished.")
 
 
 def conversation_for_user(user: Any, pk: int) -> Conversation | None:
@@ -123,9 +126,10 @@ def message_views(messages: Sequence[Message], *, viewer: Any, scope: ReviewScop
         for citation in message.citations.all():
             (shown if citation.document_id in shown_to else hidden).append(citation)
         if missing and not through:
-            views.append(MessageView(message, WITHHELD, f"<p>{WITHHELD}</p>", True,
+            withheld = gettext(WITHHELD)
+            views.append(MessageView(message, withheld, f"<p>{escape(withheld)}</p>", True,
                                      [citation_from_stored(c) for c in shown], [c.number for c in hidden],
-                                     error=WITHHELD_ERROR if message.error else ""))
+                                     error=gettext(WITHHELD_ERROR) if message.error else ""))
             continue
         html = (render_html(message.text, {c.number: c for c in shown}, unsupported=message.unsupported)
                 if message.role == Message.Role.ASSISTANT else "")

@@ -14,9 +14,11 @@ from typing import Any
 from django.db import reset_queries, transaction
 from django.db.models import Q, Value
 from django.db.models.functions import Concat
-from django.utils import timezone
+from django.utils import timezone, translation
+from django.utils.translation import gettext, gettext_noop
 
 from accounts.acl import is_active_user
+from accounts.language import language_for
 from chat import conf
 from chat.answering import AnswerRecord, answer_stream
 from chat.events import CitationPayload, Event, publish
@@ -30,7 +32,7 @@ MAX_QUESTION = 2000
 
 
 class ChatError(ValueError):
-    """A request the chat cannot take; the message is for the user."""
+    """A request the chat cannot take; the message is for the user, in their language (the active one)."""
 
 
 class NotFound(ChatError):
@@ -46,7 +48,7 @@ class QueueUnavailable(ChatError):
     failed with the reason."""
 
 
-QUEUE_DOWN = "The answer queue is unavailable, so this question was not answered; ask again in a moment."
+QUEUE_DOWN = gettext_noop("The answer queue is unavailable, so this question was not answered; ask again in a moment.")
 
 
 @dataclass(frozen=True)
@@ -61,22 +63,23 @@ def question_ask(*, user: Any, question: str, conversation_id: int | None = None
     """Store the question and an empty answer, and queue the answer's production after commit.
 
     Returns at once; the answer streams to the conversation's group. `enqueue=False`
-    leaves producing it to the caller (`answer_produce`), as tests and the bench do.
+    leaves producing it to the caller (`answer_produce`), as tests and the bench do. The answer's
+    own sentences (a refusal, an error) will be in the active language: the asker's.
     """
     question = question.strip()
     if not question:
-        raise ChatError("the question is empty")
+        raise ChatError(gettext("the question is empty"))
     if len(question) > MAX_QUESTION:
-        raise ChatError(f"the question is longer than {MAX_QUESTION} characters")
+        raise ChatError(gettext("the question is longer than %(max)s characters") % {"max": MAX_QUESTION})
     if not is_active_user(user):
-        raise NotFound("no such conversation")
+        raise NotFound(gettext("no such conversation"))
     _check_rate(user)
     if conversation_id is None:
         conversation = Conversation.objects.create(owner=user, title=_title(question))
     else:
         found = Conversation.objects.select_for_update().filter(pk=conversation_id, owner=user).first()
         if found is None:
-            raise NotFound("no such conversation")
+            raise NotFound(gettext("no such conversation"))
         conversation = found
         conversation.save(update_fields=["updated_at"])
     asked = Message.objects.create(conversation=conversation, role=Message.Role.USER, text=question)
@@ -88,19 +91,20 @@ def question_ask(*, user: Any, question: str, conversation_id: int | None = None
     for event in events:
         transaction.on_commit(partial(publish, conversation.pk, event))
     if enqueue:
-        transaction.on_commit(partial(_answer_send, answer))
+        transaction.on_commit(partial(_answer_send, answer, translation.get_language()))
     return Asked(conversation, asked, answer)
 
 
-def _answer_send(answer: Message) -> None:
+def _answer_send(answer: Message, language: str | None = None) -> None:
     """Queue the answer's job. When the broker does not take it (Redis restarting) the answer fails now,
     with the reason, rather than waiting out its lease as a pending answer that nothing will produce."""
     from chat.tasks import answer_message
 
-    if not queues.send(answer_message, answer.pk, str(answer.job_id)):
-        _fail_lost(answer.pk, answer.conversation_id, Message.Status.PENDING, reason="not queued", told=QUEUE_DOWN,
+    if not queues.send(answer_message, answer.pk, str(answer.job_id), language):
+        told = gettext(QUEUE_DOWN)
+        _fail_lost(answer.pk, answer.conversation_id, Message.Status.PENDING, reason="not queued", told=told,
                    now=timezone.now())
-        raise QueueUnavailable(QUEUE_DOWN)
+        raise QueueUnavailable(told)
 
 
 def _check_rate(user: Any) -> None:
@@ -111,7 +115,8 @@ def _check_rate(user: Any) -> None:
         conversation__owner=user, role=Message.Role.USER, created_at__gte=timezone.now() - timedelta(minutes=1)
     )
     if limit and recent.count() >= limit:
-        raise TooManyQuestions(f"more than {limit} questions in a minute; wait a moment and ask again")
+        raise TooManyQuestions(gettext("more than %(limit)s questions in a minute; wait a moment and ask again")
+                               % {"limit": limit})
 
 
 def _title(question: str) -> str:
@@ -144,11 +149,13 @@ class _Writer:
         self.send(event)
 
 
-def answer_produce(*, message_id: int, job_id: str | uuid.UUID | None = None, worker: str = "") -> str | None:
+def answer_produce(*, message_id: int, job_id: str | uuid.UUID | None = None, worker: str = "",
+                   language: str | None = None) -> str | None:
     """Produce the answer stored as `message_id`: its final status, or None when it was not ours to produce.
 
     Claims the row (pending → running, in the name of `worker`) so a redelivered or stale job does
     nothing; never raises for a failed answer (the reader gets an `error` event and the row says why).
+    Its own sentences are in `language` (the asker's when they asked), else the one the asker chose.
     """
     now = timezone.now()
     claim = Message.objects.filter(pk=message_id, role=Message.Role.ASSISTANT)
@@ -164,6 +171,12 @@ def answer_produce(*, message_id: int, job_id: str | uuid.UUID | None = None, wo
             return None
         Citation.objects.filter(message_id=message_id).delete()
     message = Message.objects.select_related("conversation__owner", "question").get(pk=message_id)
+    with translation.override(language or language_for(message.conversation.owner)):
+        return _produce(message)
+
+
+def _produce(message: Message) -> str | None:
+    message_id = message.pk
     writer = _Writer(message)
     status: str | None = None
     try:
@@ -178,7 +191,7 @@ def answer_produce(*, message_id: int, job_id: str | uuid.UUID | None = None, wo
         log.exception("answer %s failed", message_id)
         status = Message.Status.FAILED
         writer.finish({"type": "error", "message": message_id,
-                       "error": "The answer could not be finished: an internal error occurred."},
+                       "error": gettext("The answer could not be finished: an internal error occurred.")},
                       status=status, error="internal error (see the worker log)")
     finally:
         # Request-scoped memory goes now: the generator (sources, prompt, backend state),
@@ -189,7 +202,7 @@ def answer_produce(*, message_id: int, job_id: str | uuid.UUID | None = None, wo
     return status
 
 
-LOST = "The answer was lost (the server stopped while producing it); please ask again."
+LOST = gettext_noop("The answer was lost (the server stopped while producing it); please ask again.")
 
 
 def answers_expire(*, now: datetime | None = None) -> int:

@@ -19,15 +19,17 @@ log = logging.getLogger(__name__)
 # fails at once (_answer_job_lost), so a question that kills its process cannot kill the next one.
 @shared_task(name="chat.answer_message", bind=True, acks_late=True, reject_on_worker_lost=False, ignore_result=True,
              soft_time_limit=int(conf.answer_timeout()) + 30, time_limit=int(conf.answer_timeout()) + 60)
-def answer_message(self: Any, message_id: int, job_id: str | None = None) -> str | None:
+def answer_message(self: Any, message_id: int, job_id: str | None = None, language: str | None = None) -> str | None:
+    """`language`: the asker's when they asked (what the answer's own sentences are written in)."""
     from chat.services import answer_produce
 
-    return answer_produce(message_id=message_id, job_id=job_id, worker=self.request.hostname or "")
+    return answer_produce(message_id=message_id, job_id=job_id, worker=self.request.hostname or "", language=language)
 
 
-def _answer_job_lost(message_id: int, job_id: str | None = None) -> None:
+def _answer_job_lost(message_id: int, job_id: str | None = None, language: str | None = None) -> None:
     """answer_produce never raises for a failed answer, so a lost job means a lost process: without
-    this, the reader would wait out the whole lease."""
+    this, the reader would wait out the whole lease. Takes answer_message's arguments, `language` unused
+    (the lost-job sentence is stored as written and translated where it is shown)."""
     from chat.services import answer_job_lost
 
     answer_job_lost(message_id=message_id, job_id=job_id)

@@ -8,8 +8,9 @@ import psycopg
 from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
+from django.utils.translation import gettext, gettext_noop
 
-MESSAGE = "The database is unavailable; try again in a moment."
+MESSAGE = gettext_noop("The database is unavailable; try again in a moment.")  # in the reader's language when sent
 RETRY_AFTER = "5"  # seconds: the pool reconnects by itself once the server is back
 
 
@@ -27,8 +28,8 @@ def unavailable(request: HttpRequest) -> HttpResponse:
     """JSON under /api/, a page elsewhere; both with Retry-After."""
     response: HttpResponse
     if request.path.startswith("/api/"):
-        response = JsonResponse({"detail": MESSAGE}, status=503)
+        response = JsonResponse({"detail": gettext(MESSAGE)}, status=503)
     else:
-        response = HttpResponse(render_to_string("503.html", {"message": MESSAGE}), status=503)
+        response = HttpResponse(render_to_string("503.html", {"message": gettext(MESSAGE)}), status=503)
     response["Retry-After"] = RETRY_AFTER
     return response

@@ -92,6 +92,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "accounts.language.LanguageMiddleware",  # the reader's language; needs the user (Django's LocaleMiddleware +)
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",  # last, as django-axes asks: turns a lockout into its 429 page
@@ -174,6 +175,11 @@ def _answerability() -> dict[str, object]:
 
 
 KB_ANSWERABILITY = _answerability()
+# A refit from verdicts (lab.verdicts) weighs each judge's verdicts on one question as one verdict, and gives
+# no judge more than this share of the verdicts' weight, so one person cannot steer answer/refuse for everyone.
+KB_VERDICT_MAX_JUDGE_SHARE = env_float("KB_VERDICT_MAX_JUDGE_SHARE", 0.2)
+if not 0 < KB_VERDICT_MAX_JUDGE_SHARE <= 1:
+    raise ImproperlyConfigured(f"KB_VERDICT_MAX_JUDGE_SHARE must be above 0 and at most 1 (got {KB_VERDICT_MAX_JUDGE_SHARE})")
 
 # Answers (docs/CHAT.md) ---------------------------------------------------------
 
@@ -374,7 +380,12 @@ SECURE_REFERRER_POLICY = "same-origin"
 
 # Files -------------------------------------------------------------------------
 
-LANGUAGE_CODE = "en-us"
+# The interface follows the reader (accounts.language): their choice, else the browser's; English by default.
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("pl", "Polski"), ("de", "Deutsch"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+LANGUAGE_COOKIE_SAMESITE = "Lax"
+LANGUAGE_COOKIE_SECURE = SESSION_COOKIE_SECURE
 TIME_ZONE = env_str("TIME_ZONE", "UTC")  # time zone of dates shown and logged
 USE_I18N = True
 USE_TZ = True
@@ -394,6 +405,22 @@ if KB_EMBEDDING_PRECISION not in {"auto", "fp32", "bf16"}:
 KB_MAX_UPLOAD_MB = env_int("KB_MAX_UPLOAD_MB", 50, minimum=1)  # upload size limit, checked before the file is read
 KB_MAX_BODY_KB = env_int("KB_MAX_BODY_KB", 1024, minimum=1)  # any request body but an upload (kb.edge)
 KB_MAX_WS_MESSAGE_KB = env_int("KB_MAX_WS_MESSAGE_KB", 64, minimum=1)  # one websocket message from a browser
+# Slow clients (kb.runtime.daphne_server; docs/SECURITY.md): a request's line and headers must arrive within
+# this many seconds of the connection opening (or of a kept-alive connection's next first byte), else 408
+KB_EDGE_HEADER_SECONDS = env_float("KB_EDGE_HEADER_SECONDS", 15.0)
+# A request body may take this many seconds, and longer only while it averages KB_EDGE_BODY_MIN_KBPS, else 408
+KB_EDGE_BODY_SECONDS = env_float("KB_EDGE_BODY_SECONDS", 30.0)
+# KB per second a body must average to take longer than KB_EDGE_BODY_SECONDS; 0: no body takes longer
+KB_EDGE_BODY_MIN_KBPS = env_float("KB_EDGE_BODY_MIN_KBPS", 16.0)
+if min(KB_EDGE_HEADER_SECONDS, KB_EDGE_BODY_SECONDS) <= 0 or KB_EDGE_BODY_MIN_KBPS < 0:
+    raise ImproperlyConfigured("KB_EDGE_HEADER_SECONDS and KB_EDGE_BODY_SECONDS must be more than 0, "
+                               "KB_EDGE_BODY_MIN_KBPS at least 0")
+# Open connections from one client address to one Daphne; the next is answered 429 and closed. The addresses of
+# KB_TRUSTED_PROXIES are exempt (a proxy carries everyone: it caps each source itself, deploy/haproxy.cfg). 0: none
+KB_EDGE_MAX_CONNECTIONS_PER_ADDRESS = env_int("KB_EDGE_MAX_CONNECTIONS_PER_ADDRESS", 100, minimum=0)
+# Open websockets of one user across every Daphne (counted in Redis); the next is closed with 4429. 0: no cap,
+# nothing counted
+KB_WS_MAX_PER_USER = env_int("KB_WS_MAX_PER_USER", 20, minimum=0)
 KB_INGEST_LEASE_SECONDS = env_int("KB_INGEST_LEASE_SECONDS", 600, minimum=1)  # then a stuck stage may be claimed again
 KB_INGEST_TIME_LIMIT = env_int("KB_INGEST_TIME_LIMIT", 480, minimum=1)  # seconds per document; the hard kill comes 60 s later
 KB_INGEST_MAX_ATTEMPTS = env_int("KB_INGEST_MAX_ATTEMPTS", 3, minimum=1)  # then a document that keeps killing workers fails
@@ -419,7 +446,16 @@ KB_METRICS_NETWORKS = proxy_networks(env_list("KB_METRICS_NETWORKS", []), name="
 # being listed in part), seconds between two requests (robots.txt's Crawl-delay when longer), per request.
 KB_SOURCE_SITE_MAX_PAGES = env_int("KB_SOURCE_SITE_MAX_PAGES", 2000, minimum=1)
 KB_SOURCE_SITE_DELAY = env_float("KB_SOURCE_SITE_DELAY", 0.2)  # seconds between two requests
-KB_SOURCE_SITE_TIMEOUT = env_float("KB_SOURCE_SITE_TIMEOUT", 30.0)  # seconds per request
+KB_SOURCE_SITE_TIMEOUT = env_float("KB_SOURCE_SITE_TIMEOUT", 30.0)  # seconds one request may take, body included
+KB_SOURCE_SITE_MAX_RUN_MB = env_int("KB_SOURCE_SITE_MAX_RUN_MB", 1024, minimum=1)  # MB of bodies one site run may fetch; more fails it
+# Where sources may point (kb.library.sources.policy; docs/SOURCES.md). Directories a folder source (or a Git
+# source cloned from a local path) may be under; none: no local directory may be a source. Never the var
+# directory, the media root or the system's directories, whatever is listed
+KB_SOURCE_FOLDER_ROOTS = env_list("KB_SOURCE_FOLDER_ROOTS", [])
+# Hosts (name or name:port) a site source may be on; a loopback address only as an exact host:port
+KB_SOURCE_SITE_HOSTS = env_list("KB_SOURCE_SITE_HOSTS", [])
+# CIDRs a site source may be on (a private range opens private addresses; 0.0.0.0/0 only public ones)
+KB_SOURCE_SITE_NETWORKS = proxy_networks(env_list("KB_SOURCE_SITE_NETWORKS", []), name="KB_SOURCE_SITE_NETWORKS")
 
 LOGGING = {
     "version": 1,

@@ -1,8 +1,9 @@
 from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
+from django.views.i18n import JavaScriptCatalog
 
-from accounts.views import LoginView, LogoutView
+from accounts.views import LoginView, LogoutView, language
 from chat import views as chat_views
 from kb import metrics, views
 from kb.api import api
@@ -16,6 +17,8 @@ urlpatterns = [
     path("metrics", metrics.metrics, name="metrics"),
     path("accounts/login/", LoginView.as_view(), name="login"),
     path("accounts/logout/", LogoutView.as_view(), name="logout"),
+    path("accounts/language", language, name="language"),
+    path("jsi18n/", JavaScriptCatalog.as_view(), name="javascript-catalog"),  # the scripts' gettext()
     path("library/", library_views.library, name="library"),
     path("library/upload", library_views.library_upload, name="library-upload"),
     path("library/documents/<int:pk>/retry", library_views.library_retry, name="library-retry"),

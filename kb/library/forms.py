@@ -16,6 +16,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.files.uploadedfile import UploadedFile
+from django.utils.translation import gettext, gettext_lazy
 
 from kb.library.access import folders_readable
 from kb.library.ingest.extract import SUPPORTED, SUPPORTED_KINDS
@@ -45,10 +46,10 @@ def _folders_with_audience(user: Any) -> list[Folder]:
     folders = list(found)
     for folder in folders:
         if folder.public:
-            folder.audience = "everyone"  # type: ignore[attr-defined]
+            folder.audience = gettext("everyone")  # type: ignore[attr-defined]
         else:
             names = [g.name for g in folder.groups.all()] + [u.get_username() for u in folder.users.all()]
-            folder.audience = ", ".join(names) or "nobody yet"  # type: ignore[attr-defined]
+            folder.audience = ", ".join(names) or gettext("nobody yet")  # type: ignore[attr-defined]
     return folders
 
 
@@ -87,19 +88,20 @@ def upload_target_of(
     folder = None
     if folder_id:
         if not folder_id.isdigit() or (folder := Folder.objects.filter(pk=int(folder_id)).first()) is None:
-            raise UploadFormError(f"Folder {folder_id} does not exist (any more); reload the folder list.")
+            raise UploadFormError(gettext("Folder %(id)s does not exist (any more); reload the folder list.")
+                                  % {"id": folder_id})
     access = access or ("folder" if folder else "everyone")
     if access == "folder":
         if folder is None:
-            raise UploadFormError("Choose a folder, or choose who may read the documents.")
+            raise UploadFormError(gettext("Choose a folder, or choose who may read the documents."))
         return UploadTarget(folder=folder, public=None, groups=None, users=None)
     if access == "everyone":
         return UploadTarget(folder=folder, public=True, groups=[], users=[])
     if access != "restricted":
-        raise UploadFormError("Choose who may read the documents.")
+        raise UploadFormError(gettext("Choose who may read the documents."))
     groups, users = readers_of(group_ids=group_ids, user_ids=user_ids)
     if not groups and not users:
-        raise UploadFormError("Choose at least one group or person who may read the documents.")
+        raise UploadFormError(gettext("Choose at least one group or person who may read the documents."))
     return UploadTarget(folder=folder, public=False, groups=groups, users=users)
 
 
@@ -110,7 +112,7 @@ class UploadForm(forms.Form):
     the form reports the same first problem, in the same words, as the documents API.
     """
 
-    file = forms.FileField(allow_empty_file=True, error_messages={"required": "No file was received."})
+    file = forms.FileField(allow_empty_file=True, error_messages={"required": gettext_lazy("No file was received.")})
     folder = forms.Field(required=False)
     access = forms.Field(required=False)
     groups = forms.Field(required=False, widget=forms.SelectMultiple)

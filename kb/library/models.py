@@ -8,6 +8,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 from pgvector.django import HnswIndex, VectorField
 
 EMBEDDING_DIMENSIONS = 384  # all-MiniLM-L6-v2; a different model needs a migration, not a setting
@@ -121,12 +122,12 @@ class SourceChange(models.Model):
 
 class Document(models.Model):
     class Status(models.TextChoices):
-        QUEUED = "queued"
-        EXTRACTING = "extracting"
-        CHUNKING = "chunking"
-        EMBEDDING = "embedding"
-        READY = "ready"
-        FAILED = "failed"
+        QUEUED = "queued", _("Queued")
+        EXTRACTING = "extracting", _("Extracting")
+        CHUNKING = "chunking", _("Chunking")
+        EMBEDDING = "embedding", _("Embedding")
+        READY = "ready", _("Ready")
+        FAILED = "failed", _("Failed")
 
     class Audience(models.TextChoices):
         AUTO = "", "Classify each chunk"

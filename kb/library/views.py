@@ -12,6 +12,8 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.utils.formats import number_format
+from django.utils.translation import gettext
 from django.views.decorators.http import require_GET, require_POST
 
 from kb.library.forms import UploadForm, upload_choices
@@ -128,7 +130,8 @@ def library_upload(request: HttpRequest) -> JsonResponse:
     declared = int(length) if length.isdigit() else 0
     if declared > limit + 64 * 1024:  # refuse before Django reads the body
         return JsonResponse(
-            {"error": f"The file is {declared / 1048576:.1f} MB; the limit is {settings.KB_MAX_UPLOAD_MB} MB"}, status=413
+            {"error": gettext("The file is %(size)s MB; the limit is %(limit)s MB")
+             % {"size": number_format(declared / 1048576, 1), "limit": settings.KB_MAX_UPLOAD_MB}}, status=413
         )
     form = UploadForm(request.POST, request.FILES)
     if not form.is_valid():

@@ -257,7 +257,8 @@ def test_the_superuser_still_manages_everything(world: dict[str, Any], people: d
 
 ACCOUNTS = ("accounts.add_oidcidentity", "accounts.change_oidcidentity", "accounts.delete_oidcidentity",
             "accounts.view_oidcidentity", "accounts.add_apitoken", "accounts.change_apitoken",
-            "accounts.delete_apitoken", "accounts.view_apitoken")
+            "accounts.delete_apitoken", "accounts.view_apitoken", "accounts.add_profile", "accounts.change_profile",
+            "accounts.delete_profile", "accounts.view_profile")
 
 
 def test_only_a_superuser_may_link_a_sign_in_identity(people: dict[str, Any]) -> None:

@@ -32,6 +32,11 @@
   // ---------------------------------------------------------------- helpers
 
   var el = window.KB.el, csrf = window.KB.csrf, safeLink = window.KB.safeLink;
+  // The page's language (Django's JavaScriptCatalog, /jsi18n/, loaded before this file).
+  var gettext = window.gettext, interpolate = window.interpolate;
+  function fmt(text, values) { return interpolate(text, values, true); }
+  var lang = document.documentElement.lang || undefined;
+  function pageOf(page) { return " · " + fmt(gettext("page %(page)s"), { page: page }); }
 
   function api(method, url, body) {
     var options = { method: method, credentials: "same-origin", headers: { Accept: "application/json" } };
@@ -43,7 +48,7 @@
     return fetch(url, options).then(function (response) {
       return response.json().catch(function () { return {}; }).then(function (data) {
         if (!response.ok) {
-          var error = new Error((data && data.detail && (typeof data.detail === "string" ? data.detail : "The request was not accepted.")) || ("HTTP " + response.status));
+          var error = new Error((data && data.detail && (typeof data.detail === "string" ? data.detail : gettext("The request was not accepted."))) || ("HTTP " + response.status));
           error.status = response.status;
           throw error;
         }
@@ -72,7 +77,7 @@
     chipCount += 1;
     var previewId = "cite-" + turnId + "-" + citation.number + "-" + chipCount;
     chip.setAttribute("aria-describedby", previewId);
-    chip.setAttribute("aria-label", "Source " + citation.number + ": " + citation.document_title);
+    chip.setAttribute("aria-label", fmt(gettext("Source %(number)s: %(title)s"), { number: citation.number, title: citation.document_title }));
     chip.setAttribute("data-number", String(citation.number));
     var preview = el("span", "cite-preview");
     preview.id = previewId;
@@ -123,7 +128,7 @@
     sourcesEl.textContent = "";
     var citations = turn.citations || [];
     if (!citations.length) {
-      sourcesEl.appendChild(el("li", "muted source-empty", turn.refused ? "No sources: nothing you can read answers this." : "This answer cites no sources."));
+      sourcesEl.appendChild(el("li", "muted source-empty", turn.refused ? gettext("No sources: nothing you can read answers this.") : gettext("This answer cites no sources.")));
       return;
     }
     citations.forEach(function (c) {
@@ -133,7 +138,7 @@
       var title = el(href ? "a" : "span", "source-title", c.document_title);
       if (href) title.href = href;
       li.appendChild(title);
-      if (c.label) li.appendChild(el("span", "source-crumb", c.label + (c.page ? " · page " + c.page : "")));
+      if (c.label) li.appendChild(el("span", "source-crumb", c.label + (c.page ? pageOf(c.page) : "")));
       li.appendChild(el("span", "source-quote", c.quote.length > 240 ? c.quote.slice(0, 240).replace(/\s+\S*$/, "") + " …" : c.quote));
       sourcesEl.appendChild(li);
     });
@@ -148,7 +153,7 @@
     clearEmpty();
     var node = el("section", "turn");
     var q = el("p", "turn-question");
-    q.appendChild(el("span", "visually-hidden", "Question: "));
+    q.appendChild(el("span", "visually-hidden", gettext("Question: ")));
     q.appendChild(document.createTextNode(questionText));
     var meta = el("p", "turn-meta muted");
     var body = el("div", "turn-answer");
@@ -197,7 +202,7 @@
     var old = turn.node.querySelector(".backend-badge");
     if (old) old.remove();
     if (!backend) return;
-    var label = backend === "local" ? "Small model, may be wrong" : backend === "extractive" ? "Quoted from sources" : "AI answer";
+    var label = backend === "local" ? gettext("Small model, may be wrong") : backend === "extractive" ? gettext("Quoted from sources") : gettext("AI answer");
     var badge = el("p", "backend-badge backend-" + backend.replace(/[^a-z0-9]/gi, ""), label);
     if (notice) badge.title = notice;
     turn.node.insertBefore(badge, turn.body);
@@ -208,12 +213,12 @@
   function refusedView(turn) {
     turn.body.textContent = "";
     var box = el("div", "answer-refused");
-    box.appendChild(el("p", "answer-refused-title", "I couldn't find this in the documents you can read"));
-    box.appendChild(el("p", "answer-refused-lead", "The assistant only answers from documents shared with you, and none of them covers this question, so it did not guess."));
+    box.appendChild(el("p", "answer-refused-title", gettext("I couldn't find this in the documents you can read")));
+    box.appendChild(el("p", "answer-refused-lead", gettext("The assistant only answers from documents shared with you, and none of them covers this question, so it did not guess.")));
     var tips = el("ul", "answer-tips");
-    ["Use the words the documents would use: a screen, field, setting or error code.",
-     "Ask about one thing at a time.",
-     "Browse the library, or ask the team that owns the topic: the document may not be shared with you."].forEach(function (t) {
+    [gettext("Use the words the documents would use: a screen, field, setting or error code."),
+     gettext("Ask about one thing at a time."),
+     gettext("Browse the library, or ask the team that owns the topic: the document may not be shared with you.")].forEach(function (t) {
       tips.appendChild(el("li", "", t));
     });
     box.appendChild(tips);
@@ -231,17 +236,17 @@
       var hits = (data.hits || []).filter(function (h) { return h.distance <= data.related_distance && safeLink(h.link); });
       turn.node.setAttribute("data-closest", String(hits.length));
       if (!hits.length) return;
-      turn.node.querySelector(".answer-refused-title").textContent = "These passages may help, but none answers it directly";
-      turn.node.querySelector(".answer-refused-lead").textContent = "No answer was written: the passages below are the closest you can read on this topic.";
+      turn.node.querySelector(".answer-refused-title").textContent = gettext("These passages may help, but none answers it directly");
+      turn.node.querySelector(".answer-refused-lead").textContent = gettext("No answer was written: the passages below are the closest you can read on this topic.");
       var box = el("div", "answer-closest");
-      box.appendChild(el("p", "answer-closest-title", "Closest passages you can read"));
+      box.appendChild(el("p", "answer-closest-title", gettext("Closest passages you can read")));
       var list = el("ol", "closest-list");
       hits.forEach(function (h) {
         var li = el("li", "source-item");
         var title = el("a", "source-title", h.document_title);
         title.href = safeLink(h.link);
         li.appendChild(title);
-        if (h.breadcrumb) li.appendChild(el("span", "source-crumb", h.breadcrumb + (h.page ? " · page " + h.page : "")));
+        if (h.breadcrumb) li.appendChild(el("span", "source-crumb", h.breadcrumb + (h.page ? pageOf(h.page) : "")));
         li.appendChild(el("span", "source-quote", h.content.length > 240 ? h.content.slice(0, 240).replace(/\s+\S*$/, "") + " …" : h.content));
         list.appendChild(li);
       });
@@ -253,9 +258,9 @@
   function errorView(turn, message) {
     var box = el("div", "alert alert-error answer-error");
     box.setAttribute("role", "alert");
-    box.appendChild(el("strong", "", "The answer could not be finished. "));
-    box.appendChild(document.createTextNode(message || "Something went wrong."));
-    var retry = el("button", "btn btn-small retry", "Try again");
+    box.appendChild(el("strong", "", gettext("The answer could not be finished.") + " "));
+    box.appendChild(document.createTextNode(message || gettext("Something went wrong.")));
+    var retry = el("button", "btn btn-small retry", gettext("Try again"));
     retry.type = "button";
     retry.addEventListener("click", function () { ask(turn.question || lastQuestion); });
     box.appendChild(document.createTextNode(" "));
@@ -280,7 +285,7 @@
       case "status":
         turn = turnFor(event.message);
         if (turn.finished) return;
-        setMeta(turn, event.state === "queued" ? "Waiting for the assistant…" : event.state === "retrieving" ? "Searching the documents you can read…" : "Writing the answer…", true);
+        setMeta(turn, event.state === "queued" ? gettext("Waiting for the assistant…") : event.state === "retrieving" ? gettext("Searching the documents you can read…") : gettext("Writing the answer…"), true);
         if (event.backend) backendBadge(turn, event.backend, event.notice);
         return;
       case "token":
@@ -355,7 +360,7 @@
       url: "/api/messages/" + turn.id + "/judgement", key: "turn-" + turn.id, refused: !!turn.refused,
       question: turn.question, judgement: judgement,
       onSaved: function (saved) { judgementView(turn, saved); },
-      onError: function (message) { showStatus("error", "Your verdict was not saved: " + message); }
+      onError: function (message) { showStatus("error", fmt(gettext("Your verdict was not saved: %(reason)s"), { reason: message })); }
     });
     turn.node.appendChild(turn.ratingNode);
   }
@@ -408,7 +413,7 @@
     busy(true);
     showStatus(null, "");
     var turn = newTurn(question);
-    setMeta(turn, "Sending…", true);
+    setMeta(turn, gettext("Sending…"), true);
     var body = { question: question };
     if (conversation) body.conversation = conversation;
     api("POST", root.getAttribute("data-ask-url"), body).then(function (data) {
@@ -438,18 +443,18 @@
     return api("GET", "/api/conversations").then(function (items) {
       historyEl.textContent = "";
       if (!items.length) {
-        historyEl.appendChild(el("li", "history-empty muted", "Your past questions will be listed here."));
+        historyEl.appendChild(el("li", "history-empty muted", gettext("Your past questions will be listed here.")));
         return;
       }
       items.forEach(function (item) {
         var li = el("li", item.id === conversation ? "history-item current" : "history-item");
-        var button = el("button", "history-link", item.title || "Conversation " + item.id);
+        var button = el("button", "history-link", item.title || fmt(gettext("Conversation %(id)s"), { id: item.id }));
         button.type = "button";
         if (item.id === conversation) button.setAttribute("aria-current", "true");
         button.setAttribute("data-conversation", String(item.id));
         button.addEventListener("click", function () { openConversation(item.id); });
         li.appendChild(button);
-        li.appendChild(el("span", "history-when muted", new Date(item.updated_at).toLocaleString([], { dateStyle: "medium", timeStyle: "short" })));
+        li.appendChild(el("span", "history-when muted", new Date(item.updated_at).toLocaleString(lang, { dateStyle: "medium", timeStyle: "short" })));
         historyEl.appendChild(li);
       });
     });
@@ -479,7 +484,7 @@
     var old = answerEl.querySelector(".turn-earlier");
     if (old) old.remove();
     if (before === null || before === undefined) return;
-    var button = el("button", "btn btn-small btn-ghost turn-earlier", "Show earlier messages");
+    var button = el("button", "btn btn-small btn-ghost turn-earlier", gettext("Show earlier messages"));
     button.type = "button";
     button.addEventListener("click", function () {
       var id = conversation;
@@ -494,7 +499,7 @@
         if (turnList.length) renderSources(turnList[turnList.length - 1]);
       }).catch(function (error) {
         button.disabled = false;
-        showStatus("error", "The earlier messages could not be loaded: " + error.message);
+        showStatus("error", fmt(gettext("The earlier messages could not be loaded: %(reason)s"), { reason: error.message }));
       });
     });
     answerEl.insertBefore(button, answerEl.firstChild);
@@ -514,7 +519,7 @@
       loadHistory();
       // An answer still being written: the socket replays it from there and streams the rest.
       if (resume !== null) connect(conversation, resume - 1);
-    }).catch(function (error) { showStatus("error", "That conversation could not be opened: " + error.message); });
+    }).catch(function (error) { showStatus("error", fmt(gettext("That conversation could not be opened: %(reason)s"), { reason: error.message })); });
   }
 
   // ---------------------------------------------------------------- form
@@ -554,6 +559,6 @@
     if (wanted && /^\d+$/.test(wanted)) openConversation(Number(wanted));
   }).catch(function () {
     setState("disconnected");
-    showStatus("error", "The assistant can't be reached right now. Reload the page to try again; the library still works.");
+    showStatus("error", gettext("The assistant can't be reached right now. Reload the page to try again; the library still works."));
   });
 })();

@@ -2,6 +2,9 @@
  * textContent only, and only the viewer's own locators ever become links. */
 (function () {
   "use strict";
+  // The page's language (Django's JavaScriptCatalog, /jsi18n/, loaded before this file).
+  var gettext = window.gettext, ngettext = window.ngettext, interpolate = window.interpolate;
+  function fmt(text, values) { return interpolate(text, values, true); }
 
   function el(tag, className, text) {
     var node = document.createElement(tag);
@@ -37,9 +40,9 @@
     });
   }
 
-  var VERDICTS = [["helpful", "Helpful"], ["wrong", "Wrong"], ["should_refuse", "Should have refused"],
-                  ["should_answer", "Should have answered"]];
-  var REFUSAL_VERDICTS = [["helpful", "Right not to answer"], ["should_answer", "Should have answered"]];
+  var VERDICTS = [["helpful", gettext("Helpful")], ["wrong", gettext("Wrong")], ["should_refuse", gettext("Should have refused")],
+                  ["should_answer", gettext("Should have answered")]];
+  var REFUSAL_VERDICTS = [["helpful", gettext("Right not to answer")], ["should_answer", gettext("Should have answered")]];
 
   /* One person's verdict on an answer, as a group of toggle buttons (the Ask page's asker, the review desk's
    * reviewer): POST `url` {kind}, DELETE `url` when the chosen one is pressed again. "Should have answered"
@@ -51,8 +54,8 @@
     var wrap = el("div", "turn-judge");
     var group = el("div", "turn-rating");
     group.setAttribute("role", "group");
-    group.setAttribute("aria-label", options.refused ? "Judge this refusal" : "Judge this answer");
-    group.appendChild(el("span", "muted", options.refused ? "Was it right not to answer?" : "Was this helpful?"));
+    group.setAttribute("aria-label", options.refused ? gettext("Judge this refusal") : gettext("Judge this answer"));
+    group.appendChild(el("span", "muted", options.refused ? gettext("Was it right not to answer?") : gettext("Was this helpful?")));
     (options.refused ? REFUSAL_VERDICTS : VERDICTS).forEach(function (choice) {
       var button = el("button", "rate", choice[1]);
       button.type = "button";
@@ -69,7 +72,7 @@
     wrap.appendChild(group);
     var named = options.showNamed !== false && options.judgement && options.judgement.document;
     if (named) {
-      var line = el("p", "judge-named muted", "Answerable from: ");
+      var line = el("p", "judge-named muted", gettext("Answerable from:") + " ");
       var link = el(safeLink(named.link) ? "a" : "span", "", named.title);
       if (safeLink(named.link)) link.href = named.link;
       line.appendChild(link);
@@ -84,18 +87,18 @@
     var id = "judge-doc-" + options.key;
     var form = el("form", "judge-document");
     form.noValidate = true;
-    var label = el("label", "", "Which document answers it? (optional)");
+    var label = el("label", "", gettext("Which document answers it? (optional)"));
     label.htmlFor = id;
     var input = el("input");
     input.type = "search";
     input.id = id;
     input.value = options.question || "";
     input.maxLength = 1000;
-    var find = el("button", "btn btn-small btn-ghost", "Find documents");
+    var find = el("button", "btn btn-small btn-ghost", gettext("Find documents"));
     find.type = "button";
     var choices = el("fieldset", "judge-choices");
-    choices.appendChild(el("legend", "visually-hidden", "Documents you can read"));
-    var save = el("button", "btn btn-small", "Save: should have answered");
+    choices.appendChild(el("legend", "visually-hidden", gettext("Documents you can read")));
+    var save = el("button", "btn btn-small", gettext("Save: should have answered"));
     save.type = "submit";
     var status = el("p", "muted judge-status");
     status.setAttribute("role", "status");
@@ -104,7 +107,7 @@
     function search() {
       var q = input.value.trim();
       if (!q) return;
-      status.textContent = "Searching…";
+      status.textContent = gettext("Searching…");
       json("GET", "/api/search?k=10&q=" + encodeURIComponent(q)).then(function (data) {
         choices.querySelectorAll(".judge-choice").forEach(function (node) { node.remove(); });
         var seen = {};
@@ -124,9 +127,10 @@
           choices.appendChild(row);
         });
         var n = Object.keys(seen).length;
-        status.textContent = n ? n + " document" + (n === 1 ? "" : "s") + " found: choose the one that answers it."
-                               : "No document found; try other words.";
-      }).catch(function (error) { status.textContent = "The search failed: " + error.message; });
+        status.textContent = n ? fmt(ngettext("%(count)s document found: choose the one that answers it.",
+                                              "%(count)s documents found: choose the one that answers it.", n), { count: n })
+                               : gettext("No document found; try other words.");
+      }).catch(function (error) { status.textContent = fmt(gettext("The search failed: %(reason)s"), { reason: error.message }); });
     }
     find.addEventListener("click", search);
     input.addEventListener("keydown", function (event) {
@@ -140,7 +144,7 @@
       save.disabled = true;
       json("POST", options.url, body).then(options.onSaved, function (error) {
         save.disabled = false;
-        status.textContent = "Not saved: " + error.message;
+        status.textContent = fmt(gettext("Not saved: %(reason)s"), { reason: error.message });
       });
     });
     wrap.appendChild(form);

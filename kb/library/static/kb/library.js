@@ -21,14 +21,26 @@
   var csrf = form.querySelector("input[name=csrfmiddlewaretoken]").value;
   var maxBytes = parseInt(panel.getAttribute("data-max-bytes"), 10) || Infinity;
   var maxMb = panel.getAttribute("data-max-mb");
+  // The page's language (Django's JavaScriptCatalog, /jsi18n/, loaded before this file).
+  var gettext = window.gettext, interpolate = window.interpolate;
+  function fmt(text, values) { return interpolate(text, values, true); }
+  var lang = document.documentElement.lang || undefined;
 
   var LABELS = {
-    queued: "Queued",
-    extracting: "Extracting text",
-    chunking: "Splitting into passages",
-    embedding: "Embedding passages",
-    ready: "Ready",
-    failed: "Failed"
+    queued: gettext("Queued"),
+    extracting: gettext("Extracting text"),
+    chunking: gettext("Splitting into passages"),
+    embedding: gettext("Embedding passages"),
+    ready: gettext("Ready"),
+    failed: gettext("Failed")
+  };
+  // A failed document's line, per stage (the page's first rendering has the same: kb_ui.failure_line).
+  var FAILED_AT = {
+    queued: gettext("Failed while queued: %(reason)s"),
+    extracting: gettext("Failed while extracting: %(reason)s"),
+    chunking: gettext("Failed while chunking: %(reason)s"),
+    embedding: gettext("Failed while embedding: %(reason)s"),
+    "": gettext("Failed while processing: %(reason)s")
   };
   var STEPS = ["queued", "extracting", "chunking", "embedding", "ready"];
   var TERMINAL = { ready: true, failed: true };
@@ -43,9 +55,10 @@
   }
 
   function size(bytes) {
+    var one = { minimumFractionDigits: 1, maximumFractionDigits: 1, useGrouping: false };
     if (bytes < 1024) return bytes + " B";
-    if (bytes < 1048576) return (bytes / 1024).toFixed(1) + " KB";
-    return (bytes / 1048576).toFixed(1) + " MB";
+    if (bytes < 1048576) return (bytes / 1024).toLocaleString(lang, one) + " KB";
+    return (bytes / 1048576).toLocaleString(lang, one) + " MB";
   }
 
   /* ------------------------------------------------------------ access choice */
@@ -69,11 +82,11 @@
 
   function accessProblem() {
     var choice = form.querySelector("input[name=access]:checked");
-    if (!choice) return "Choose who can read these documents.";
+    if (!choice) return gettext("Choose who can read these documents.");
     if (choice.value === "restricted" &&
         !form.querySelector("input[name=groups]:checked") &&
         !Array.prototype.some.call(document.getElementById("upload-users").options, function (o) { return o.selected; })) {
-      return "Choose at least one group or person who can read these documents.";
+      return gettext("Choose at least one group or person who can read these documents.");
     }
     return "";
   }
@@ -83,7 +96,7 @@
   function refreshButtons() {
     var staged = items.filter(function (item) { return item.state === "staged"; }).length;
     startButton.disabled = staged === 0;
-    startButton.textContent = staged > 1 ? "Upload " + staged + " files" : "Upload";
+    startButton.textContent = staged > 1 ? fmt(window.ngettext("Upload %(count)s file", "Upload %(count)s files", staged), { count: staged }) : gettext("Upload");
     clearButton.hidden = !items.some(finished);
   }
 
@@ -102,7 +115,7 @@
       head.appendChild(el("span", "upload-size", size(file.size)));
       var remove = el("button", "upload-remove", "\u00d7");
       remove.type = "button";
-      remove.setAttribute("aria-label", "Remove " + file.name);
+      remove.setAttribute("aria-label", fmt(gettext("Remove %(name)s"), { name: file.name }));
       remove.addEventListener("click", function () {
         items.splice(items.indexOf(item), 1);
         li.remove();
@@ -111,14 +124,14 @@
       var bar = el("progress");
       bar.max = 100;
       bar.value = 0;
-      bar.setAttribute("aria-label", "Upload of " + file.name);
+      bar.setAttribute("aria-label", fmt(gettext("Upload of %(name)s"), { name: file.name }));
       var line = el("div", "upload-line");
-      var status = el("span", "status status-queued", "Ready to upload");
+      var status = el("span", "status status-queued", gettext("Ready to upload"));
       status.setAttribute("data-role", "status");
-      var open = el("a", "btn btn-small btn-ghost", "Open");
+      var open = el("a", "btn btn-small btn-ghost", gettext("Open"));
       open.hidden = true;
       open.setAttribute("data-role", "open");
-      var retry = el("button", "btn btn-small", "Retry");
+      var retry = el("button", "btn btn-small", gettext("Retry"));
       retry.type = "button";
       retry.hidden = true;
       retry.setAttribute("data-action", "retry");
@@ -137,7 +150,7 @@
       items.push(item);
       queue.appendChild(li);
       if (file.size > maxBytes) {
-        reject(item, file.name + ": the file is " + size(file.size) + "; the limit is " + maxMb + " MB");
+        reject(item, fmt(gettext("%(name)s: the file is %(size)s; the limit is %(limit)s MB"), { name: file.name, size: size(file.size), limit: maxMb }));
       }
     });
     refreshButtons();
@@ -150,7 +163,7 @@
     item.el.setAttribute("data-state", "rejected");
     var status = part(item, "status");
     status.className = "status status-failed";
-    status.textContent = "Not uploaded";
+    status.textContent = gettext("Not uploaded");
     var reason = part(item, "reason");
     reason.textContent = message;
     reason.hidden = false;
@@ -165,7 +178,7 @@
       if (remove) remove.remove();
       var status = part(item, "status");
       status.className = "status status-uploading";
-      status.textContent = "Uploading\u2026";
+      status.textContent = gettext("Uploading…");
       var bar = item.el.querySelector("progress");
       var data = new FormData(form);
       data.delete("file");
@@ -179,7 +192,7 @@
       });
       xhr.upload.addEventListener("load", function () {
         bar.value = 100;
-        status.textContent = "Checking the file\u2026";
+        status.textContent = gettext("Checking the file…");
       });
       xhr.addEventListener("load", function () {
         var body = null;
@@ -192,18 +205,18 @@
           part(item, "open").href = body.url;
           show(body.document);
           if (!body.queued) {
-            status.textContent = "Already in the library, unchanged";
+            status.textContent = gettext("Already in the library, unchanged");
           }
           watch([item.docId]);
         } else if (/\/accounts\/login\//.test(xhr.responseURL || "")) {
-          reject(item, "You were signed out. Reload the page, sign in and try again.");
+          reject(item, gettext("You were signed out. Reload the page, sign in and try again."));
         } else {
-          reject(item, (body && body.error) || "The upload failed (HTTP " + xhr.status + "). Try again.");
+          reject(item, (body && body.error) || fmt(gettext("The upload failed (HTTP %(status)s). Try again."), { status: xhr.status }));
         }
         done();
       });
       xhr.addEventListener("error", function () {
-        reject(item, item.file.name + ": the connection was lost during the upload. Try again.");
+        reject(item, fmt(gettext("%(name)s: the connection was lost during the upload. Try again."), { name: item.file.name }));
         done();
       });
       xhr.send(data);
@@ -263,10 +276,11 @@
 
   function show(doc) {
     var label = LABELS[doc.status] || doc.status;
-    if (doc.status === "embedding" && doc.to_embed) label += " (" + doc.embedded + " of " + doc.to_embed + " chunks)";
+    if (doc.status === "embedding" && doc.to_embed) label += " " + fmt(gettext("(%(done)s of %(total)s chunks)"), { done: doc.embedded, total: doc.to_embed });
     var step = STEPS.indexOf(doc.status);
     var failedText = doc.status === "failed"
-      ? "Failed while " + (doc.stage || "processing") + ": " + (doc.reason || "no reason was recorded")
+      ? fmt(FAILED_AT[doc.stage || ""] || gettext("Failed while %(stage)s: %(reason)s"),
+            { stage: doc.stage, reason: doc.reason || gettext("no reason was recorded") })
       : "";
     items.forEach(function (item) {
       if (item.docId !== doc.id) return;
@@ -274,7 +288,7 @@
       item.el.setAttribute("data-status", doc.status);
       var status = part(item, "status");
       status.className = "status status-" + doc.status;
-      status.textContent = step > 0 && step < 4 ? label + " \u00b7 step " + (step + 1) + " of 5" : label;
+      status.textContent = step > 0 && step < 4 ? label + " \u00b7 " + fmt(gettext("step %(step)s of 5"), { step: step + 1 }) : label;
       var reason = part(item, "reason");
       reason.textContent = failedText;
       reason.hidden = !failedText;
@@ -371,7 +385,7 @@
       } else {
         var reason = row && row.querySelector("[data-role=reason]");
         if (reason) {
-          reason.textContent = (body && body.error) || "Could not retry (HTTP " + xhr.status + ").";
+          reason.textContent = (body && body.error) || fmt(gettext("Could not retry (HTTP %(status)s)."), { status: xhr.status });
           reason.hidden = false;
         }
       }

@@ -13,6 +13,8 @@
   var jump = document.getElementById("passage-jump");
   var pdfLink = document.getElementById("pdf-link");
   var length = parseInt(root.getAttribute("data-length") || "0", 10);
+  // The page's language (Django's JavaScriptCatalog, /jsi18n/, loaded before this file).
+  function fmt(text, values) { return window.interpolate(text, values, true); }
 
   function isHigh(code) { return code >= 0xd800 && code <= 0xdbff; }
   function isLow(code) { return code >= 0xdc00 && code <= 0xdfff; }
@@ -110,7 +112,7 @@
   function pointPdfLink(page) {
     if (pdfLink && page) {
       pdfLink.href = pdfLink.getAttribute("data-base") + "#page=" + page;
-      pdfLink.textContent = "Open PDF at page " + page;
+      pdfLink.textContent = fmt(window.gettext("Open PDF at page %(page)s"), { page: page });
     }
   }
 
@@ -137,11 +139,13 @@
     var first = pageOf(marks[0]) || target.page;
     // A passage may run on across a page break: name both pages then.
     var last = pageOf(marks[marks.length - 1]);
-    var where = !first ? "" : last && last !== first ? " on pages " + first + "–" + last : " on page " + first;
+    var shown = !first ? window.gettext("Showing the cited passage.")
+      : last && last !== first ? fmt(window.gettext("Showing the cited passage on pages %(first)s–%(last)s."), { first: first, last: last })
+      : fmt(window.gettext("Showing the cited passage on page %(page)s."), { page: first });
     var page = target.page || first;  // where the quoted sentence is, when the link says
     if (bar) {
       bar.hidden = false;
-      label.textContent = "Showing the cited passage" + where + ".";
+      label.textContent = shown;
     }
     pointPdfLink(page);
     reveal(smooth);
