@@ -155,6 +155,27 @@ class AppServer(Processes):
 # Outer half: scratch database ---------------------------------------------------------------
 
 
+def rerun_in_scratch_database(argv: list[str]) -> int:
+    """Start the embedded servers (an entry point, like manage.py), then run `argv` (this benchmark again, with
+    KB_BENCH_INNER=1) against a fresh database on the same server, dropped at the end; its exit status."""
+    import django
+
+    from kb.runtime.embedded import ensure_services
+
+    ensure_services()  # the settings only read where the servers are
+    django.setup()
+    from django.conf import settings
+    from django.db import connection
+
+    from lab.evaluation.runner import database_url, scratch_database
+
+    with scratch_database(connection.settings_dict) as name:
+        env = dict(os.environ, DATABASE_URL=database_url(connection.settings_dict, name),
+                   REDIS_URL=settings.REDIS_URL, SECRET_KEY=settings.SECRET_KEY,
+                   KB_MEDIA_ROOT=str(settings.VAR_DIR / f"bench-media-{name}"), KB_BENCH_INNER="1")
+        return subprocess.run(argv, env=env, check=False).returncode
+
+
 def run_in_scratch_database(script: Path, extra: list[str]) -> dict[str, Any]:
     """Run `script --inner OUT *extra` against a fresh database on the same server; the JSON it wrote to OUT."""
     from django.conf import settings

@@ -24,7 +24,6 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
 PDF_PACKAGES = ("gnuplot-doc",)
+
+from bench._common import load_average, rerun_in_scratch_database  # noqa: E402
 
 
 def pdf_corpus(target: Path) -> Path:
@@ -53,28 +54,7 @@ def pdf_corpus(target: Path) -> Path:
 
 
 def outer(corpus: Path, runs: int) -> int:
-    import django
-
-    from kb.runtime.embedded import ensure_services
-
-    ensure_services()  # an entry point, like manage.py: the settings only read where the servers are
-    django.setup()
-    from django.conf import settings
-    from django.db import connection
-
-    from lab.evaluation.runner import database_url, scratch_database
-
-    with scratch_database(connection.settings_dict) as name:
-        env = dict(os.environ, DATABASE_URL=database_url(connection.settings_dict, name),
-                   REDIS_URL=settings.REDIS_URL, SECRET_KEY=settings.SECRET_KEY,
-                   KB_MEDIA_ROOT=str(settings.VAR_DIR / f"bench-media-{name}"), KB_BENCH_INNER="1")
-        return subprocess.run([sys.executable, __file__, str(corpus), "--runs", str(runs)], env=env,
-                              check=False).returncode
-
-
-def load_average() -> str:
-    one, five, _ = os.getloadavg()
-    return f"load {one:.2f}/{five:.2f}"
+    return rerun_in_scratch_database([sys.executable, __file__, str(corpus), "--runs", str(runs)])
 
 
 def inner(corpus: Path, runs: int) -> None:
@@ -137,8 +117,8 @@ def inner(corpus: Path, runs: int) -> None:
               f"({tokens / max(stored, 1):.0f} tokens mean)")
         print("  per stage, chunks/s: " + "  ".join(
             f"{stage} {stored / seconds:,.0f}" if seconds else f"{stage} -" for stage, seconds in stages.items()))
-        print(f"  raw encoder {raw_rate:6.1f} chunks/s ({raw_load}) · whole pipeline {pipeline_rate:6.1f} chunks/s "
-              f"({pipeline_s:.1f} s, {load_average()}) · ratio {pipeline_rate / raw_rate:.2f}")
+        print(f"  raw encoder {raw_rate:6.1f} chunks/s (load {raw_load}) · whole pipeline {pipeline_rate:6.1f} chunks/s "
+              f"({pipeline_s:.1f} s, load {load_average()}) · ratio {pipeline_rate / raw_rate:.2f}")
     shutil.rmtree(settings.MEDIA_ROOT, ignore_errors=True)
     print(f"median of {runs} runs: raw encoder {statistics.median(raw_rates):.1f} chunks/s, pipeline "
           f"{statistics.median(pipeline_rates):.1f} chunks/s, ratio {statistics.median(ratios):.2f} (target >= 0.75)")

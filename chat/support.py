@@ -27,12 +27,15 @@ from collections.abc import Mapping
 # pydantic (the API schemas that send these) reads typing_extensions' TypedDict on Python 3.11, not typing's.
 from typing_extensions import TypedDict
 
+from kb.library.language import CJK, bigrams
+from kb.library.sentences import sentence_starts
+
 SUPPORT_SHARE = 0.6
 
-WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’._\-]*")
+WORD = re.compile(r"[^\W_][\w'’.\-]*")  # any script's letters and digits
 MARKER = re.compile(r"\[(\d{1,3})\]")
-# A sentence ends at . ! ? (or …) before whitespace, or at a line break.
-BOUNDARY = re.compile(r"(?<=[.!?…])[\"')\]]*\s+|\n+")
+# A claim ends where a sentence ends (kb.library.sentences) or at a line break.
+LINE_BREAKS = re.compile(r"\n+")
 LEADING_MARKERS = re.compile(r"((?:\s*\[\d{1,3}\])+)[.,;:]?\s*")  # used with match(): anchored at pos
 STOP = frozenset(
     """a an the and or but if then else of to in on at by for from with without into onto over under about
@@ -58,8 +61,10 @@ def terms(text: str) -> frozenset[str]:
     Kept for the process's last few thousand texts: the sentences of the passages cited most are
     scored again for every question they come up in.
     """
-    out = set()
-    for word in WORD.findall(text.lower()):
+    lowered = text.lower()
+    # Chinese and Japanese have no spaces: their runs count as overlapping character pairs, as full-text search reads them.
+    out = {pair for run in CJK.findall(lowered) for pair in (bigrams(run).split() or [run])}
+    for word in WORD.findall(CJK.sub(" ", lowered)):
         word = word.strip("'’-._")
         if len(word) >= 3 and word not in STOP:
             out.add(stem(word))
@@ -76,13 +81,22 @@ def exact_tokens(text: str) -> set[str]:
     return out
 
 
+def _cuts(text: str) -> list[tuple[int, int]]:
+    """(end of a sentence, start of the next) at every sentence end (kb.library.sentences: any script, not at
+    abbreviations and ordinals) and every line break, in order."""
+    ends = [(len(text[:start].rstrip()), start) for start in sentence_starts(text)]
+    return sorted([*ends, *((m.start(), m.end()) for m in LINE_BREAKS.finditer(text))])
+
+
 def claim_spans(text: str) -> list[tuple[int, int]]:
     """Where each sentence of the answer is, markers that follow its end included."""
     spans: list[tuple[int, int]] = []
     at = 0
-    for cut in [*BOUNDARY.finditer(text), None]:
-        start, end = at, (cut.start() if cut else len(text))
-        at = cut.end() if cut else len(text)
+    for cut in [*_cuts(text), None]:
+        if cut is not None and cut[0] < at:
+            continue  # a line break inside the space that ends a sentence: one cut
+        start, end = at, (cut[0] if cut else len(text))
+        at = cut[1] if cut else len(text)
         lead = LEADING_MARKERS.match(text, start, end)
         if lead and spans and lead.group(1).strip():
             spans[-1] = (spans[-1][0], start + len(lead.group(0).rstrip()))

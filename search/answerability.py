@@ -19,12 +19,13 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from kb.library import language
 from kb.library.access import staff_may
 from search.models import AnswerabilityModel
-from search.stats import idf_sql, readable_ndoc_sql, readable_total_sql
+from search.stats import idf_sql, readable_languages, readable_ndoc_sql, readable_total_sql
 
 # Signals the model may use; a model names the subset it was fitted on.
-SIGNALS = ("nearest", "gap", "late_best", "weakest", "unknown_share", "agreement", "screen")
+SIGNALS = ("nearest", "gap", "late_best", "weakest", "unknown_share", "agreement", "screen", "multilingual_nearest")
 DEPTH = 5  # passages whose word matches count: the ones a reader would be shown
 GAP_RANK = 10  # the gap is measured to this dense neighbour
 
@@ -45,6 +46,9 @@ class Signals:
     rare word unmatched does not answer it). unknown_share: share of the question's content
     words no passage the asker may read uses (word_statistics). agreement: share of the dense
     top 10 that the lexical list also ranks in its top 10. screen: 1 for a where/which-field question.
+    multilingual_nearest: cosine distance of the closest readable passage in the multilingual space
+    (kb.library.ingest.multilingual; 1.0 when the space is off), where a question and its answer in two
+    languages, or in one MiniLM was not trained on, still meet.
     """
 
     nearest: float
@@ -55,6 +59,7 @@ class Signals:
     agreement: float
     screen: float
     unknown_words: tuple[str, ...] = ()
+    multilingual_nearest: float = 1.0
 
     def vector(self, names: Sequence[str]) -> np.ndarray:
         return np.array([float(getattr(self, name)) for name in names])
@@ -239,14 +244,20 @@ def refit_from_verdicts(*, user: Any, leave_out: Sequence[str] = ()) -> Answerab
 
 
 _READABLE = "%(principals)s::varchar[]"
+# Per word and configuration first: a word is a stop word if any configuration it is read with drops it
+# (a German question's "die" is no English content word), and known if any finds it.
 _WORD_STATISTICS_SQL = f"""
-    SELECT q.i, count(l.lexeme), coalesce(max(s.ndoc), 0),
-           coalesce(max({idf_sql(ndoc="coalesce(s.ndoc, 0)", total="n.total")}) FILTER (WHERE l.lexeme IS NOT NULL), 0)
-    FROM unnest(%(words)s::text[]) WITH ORDINALITY AS q(word, i)
-    LEFT JOIN LATERAL unnest(tsvector_to_array(to_tsvector('english', q.word))) AS l(lexeme) ON true
-    LEFT JOIN LATERAL (SELECT {readable_ndoc_sql(word="l.lexeme", principals=_READABLE)} AS ndoc) s ON true
-    CROSS JOIN (SELECT greatest(coalesce({readable_total_sql(_READABLE)}, 1), 1) AS total) n
-    GROUP BY q.i
+    SELECT i, min(lexemes), max(ndoc), max(idf) FROM (
+        SELECT q.i, q.config, count(l.lexeme) AS lexemes, coalesce(max(s.ndoc), 0) AS ndoc,
+               coalesce(max({idf_sql(ndoc="coalesce(s.ndoc, 0)", total="n.total")})
+                        FILTER (WHERE l.lexeme IS NOT NULL), 0) AS idf
+        FROM unnest(%(i)s::int[], %(configs)s::regconfig[], %(words)s::text[]) AS q(i, config, word)
+        LEFT JOIN LATERAL unnest(tsvector_to_array(to_tsvector(q.config, q.word))) AS l(lexeme) ON true
+        LEFT JOIN LATERAL (SELECT {readable_ndoc_sql(word="l.lexeme", principals=_READABLE, config="q.config")}
+                           AS ndoc) s ON true
+        CROSS JOIN LATERAL (SELECT greatest(coalesce({readable_total_sql(_READABLE)}, 1), 1) AS total) n
+        GROUP BY q.i, q.config
+    ) per GROUP BY i
 """  # noqa: S608 (SQL expressions only: the words and principals are parameters)
 
 
@@ -262,14 +273,26 @@ class WordStat:
     idf: float
 
 
-def word_statistics(words: Sequence[str], *, principals: Sequence[str]) -> list[WordStat]:
+def word_statistics(words: Sequence[str], *, principals: Sequence[str],
+                    configs: Sequence[str] | None = None) -> list[WordStat]:
     """Each word's statistics over the chunks `principals` may read, in one query: a restricted document that
-    uses a word moves nothing an outsider's search computes or shows (docs/SECURITY.md, "Refusal signals")."""
+    uses a word moves nothing an outsider's search computes or shows (docs/SECURITY.md, "Refusal signals").
+
+    Each word is read with the text search configurations of the languages the question is matched in
+    (`configs`: search.retrieval.lexical_configs's; by default those the words themselves are detected in),
+    and counted among those configurations' chunks. With none (a question in a language no readable chunk
+    is in) no word has statistics: its words say nothing about what the chunks hold."""
     if not words:
         return []
-    with connection.cursor() as cursor:
-        cursor.execute(_WORD_STATISTICS_SQL, {"words": list(words), "principals": list(principals)})
-        found = {int(i): (int(n), int(nd), float(idf)) for i, n, nd, idf in cursor.fetchall()}
+    if configs is None:
+        configs = [c for c, _ in language.question_configs(" ".join(words), readable_languages(list(principals)))]
+    rows = [(i, config, language.analysed(word, config)) for i, word in enumerate(words, 1) for config in configs]
+    found: dict[int, tuple[int, int, float]] = {}
+    if rows:
+        with connection.cursor() as cursor:
+            cursor.execute(_WORD_STATISTICS_SQL, {"i": [r[0] for r in rows], "configs": [r[1] for r in rows],
+                                                  "words": [r[2] for r in rows], "principals": list(principals)})
+            found = {int(i): (int(n), int(nd), float(idf)) for i, n, nd, idf in cursor.fetchall()}
     return [WordStat(word, *found.get(i, (0, 0, 0.0))) for i, word in enumerate(words, 1)]
 
 

@@ -20,9 +20,10 @@ import numpy as np
 from django.conf import settings
 from django.db import connection
 
+from kb.library import language
 from kb.library.ingest import embedding
 from kb.library.ingest.pieces import read_binary, unpack
-from search.stats import CHUNK_TOTAL_SQL, idf_sql
+from search.stats import CHUNK_TOTAL_SQL, idf_sql, readable_languages
 
 
 def status() -> str:
@@ -30,21 +31,28 @@ def status() -> str:
     return f"on (top {depth})" if depth else "off"
 
 
-def word_weights(words: Sequence[str]) -> list[float]:
-    """IDF of each word (its rarest lexeme); 0 for a stop word or punctuation."""
+def word_weights(words: Sequence[str], configs: Sequence[str] | None = None) -> list[float]:
+    """IDF of each word (its rarest lexeme); 0 for a stop word or punctuation. Each word is read with the
+    text search configurations `configs` (by default those of the languages the words are detected in,
+    kb.library.language.question_configs) and weighs the most any of them gives it."""
     if not words:
         return []
+    if configs is None:
+        configs = [c for c, _ in language.question_configs(" ".join(words), readable_languages(None))]
+    rows = [(i, config, language.analysed(word, config)) for i, word in enumerate(words, 1) for config in configs]
+    if not rows:
+        return [0.0] * len(words)
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
             SELECT i, max({idf_sql(ndoc="coalesce(s.ndoc, 0)", total="n.total")})
-            FROM unnest(%s::text[]) WITH ORDINALITY AS q(word, i)
-            CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector('english', q.word))) AS l(lexeme)
+            FROM unnest(%s::int[], %s::regconfig[], %s::text[]) AS q(i, config, word)
+            CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(q.config, q.word))) AS l(lexeme)
             LEFT JOIN search_lexeme_stats s ON s.word = l.lexeme
             CROSS JOIN (SELECT greatest(coalesce({CHUNK_TOTAL_SQL}, 1), 1) AS total) n
             GROUP BY i
             """,
-            [list(words)],
+            [[r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]],
         )
         found = {int(i): float(idf) for i, idf in cursor.fetchall()}
     return [found.get(i, 0.0) for i in range(1, len(words) + 1)]

@@ -27,13 +27,17 @@ from django.db import connections, transaction
 from django.db.models import Q
 
 from accounts.acl import user_principals
-from kb.library.ingest import embedding
+from kb.library import language
+from kb.library.ingest import embedding, multilingual
 from kb.library.ingest.classify import SCREEN, classify_query
+from kb.library.ingest.multilingual import ENGLISH_SCALE
 from kb.library.models import Chunk, passage_link
 from search import answerability, late, replica, rerank
-from search.stats import idf_sql, readable_ndoc_sql, readable_total_sql
+from search.stats import idf_sql, readable_languages, readable_ndoc_sql, readable_total_sql
 
-WORD = re.compile(r"[A-Za-z0-9][\w'’.-]*[A-Za-z0-9]|[A-Za-z0-9]")
+# A word of any script: letters and digits, with inner apostrophes, dots and hyphens (a CJK run, written
+# without spaces, is one "word" here; full-text search reads it as bigrams: kb.library.language).
+WORD = re.compile(r"[^\W_][\w'’.-]*[^\W_]|[^\W_]")
 IDENTIFIER = re.compile(r"-{1,2}[A-Za-z][\w-]+|[A-Za-z0-9_][\w.:/-]*[\w]")
 LIKE_SPECIALS = str.maketrans({"%": r"\%", "_": r"\_", "\\": r"\\"})
 REGEX_SPECIALS = re.compile(r"[.^$*+?()\[\]{}|\\]")  # PostgreSQL's regular expressions take each literally escaped
@@ -53,6 +57,7 @@ class SearchOptions:
     weight_dense: float = field(default_factory=lambda: settings.KB_SEARCH_WEIGHT_DENSE)
     weight_lexical: float = field(default_factory=lambda: settings.KB_SEARCH_WEIGHT_LEXICAL)
     weight_ident: float = field(default_factory=lambda: settings.KB_SEARCH_WEIGHT_IDENT)
+    weight_multilingual: float = field(default_factory=lambda: settings.KB_SEARCH_WEIGHT_MULTILINGUAL)
     threshold: float = field(default_factory=lambda: settings.KB_SEARCH_THRESHOLD)
     cap: int = field(default_factory=lambda: settings.KB_SEARCH_CAP)
     source_margin: float = field(default_factory=lambda: settings.KB_SEARCH_SOURCE_MARGIN)
@@ -64,6 +69,13 @@ class SearchOptions:
     lexical_select_rows: int = field(default_factory=lambda: settings.KB_SEARCH_LEXICAL_SELECT_ROWS)
     identifiers: bool = True
     dense: bool = True
+    multilingual: bool = field(default_factory=lambda: settings.KB_MULTILINGUAL)  # the e5 space's dense list
+    # The multilingual space's cosine distance d on MiniLM's scale: offset + scale * d (kb.library.ingest.multilingual
+    # .ENGLISH_SCALE), so that `threshold` gates the passages of both spaces. A dense list whose nearest passage is
+    # more than `multilingual_margin` (on that scale) farther than the other space's has nothing to say (_fuse_spaces).
+    multilingual_offset: float = ENGLISH_SCALE[0]
+    multilingual_scale: float = ENGLISH_SCALE[1]
+    multilingual_margin: float = field(default_factory=lambda: settings.KB_SEARCH_MULTILINGUAL_MARGIN)
     late_depth: int = field(default_factory=lambda: settings.KB_SEARCH_LATE_DEPTH)
     late_weight: float = field(default_factory=lambda: settings.KB_SEARCH_LATE_WEIGHT)
     rerank: bool = True
@@ -93,6 +105,10 @@ class Hit:
     passed: bool = False
     late_score: float | None = None
     rerank_score: float | None = None
+    multilingual_distance: float | None = None  # cosine distance in the multilingual space (None: not searched)
+    # Whose passage: "english" (MiniLM's space: `distance` is MiniLM's) or "multilingual" (a passage in another
+    # language: `distance` is its multilingual distance on MiniLM's scale).
+    space: str = "english"
 
     @property
     def link(self) -> str:
@@ -113,6 +129,7 @@ class SearchResult:
     probability: float | None = None  # the answerability model's, when one decided
     cutoff: float | None = None
     vector: np.ndarray | None = None  # the query's embedding: stored with the answer for content-gap topics
+    space: str = "english"  # the nearest passage's space: whose signals decide answer or refuse
 
     @property
     def passed(self) -> list[Hit]:
@@ -162,33 +179,55 @@ def identifiers(query: str) -> list[str]:
 
 
 def lexical_query(query: str) -> str:
-    """Any-word websearch syntax: a question's words are alternatives, ranked by ts_rank_cd."""
+    """The question's words that full-text search looks for (each is an alternative, ranked by IDF)."""
     words = [w for w in WORD.findall(query) if not w.isdigit() or len(w) > 2]
-    return " or ".join(dict.fromkeys(words))
+    return " ".join(dict.fromkeys(words))
 
 
-def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
+def lexical_configs(query: str, principals: list[str]) -> list[tuple[str, str]]:
+    """(text search configuration, the question's words as it reads them) for each language the question is
+    matched in among those of the chunks `principals` may read (kb.library.language.question_configs);
+    [] when the question is in none of them: a cross-language question is the dense spaces' to answer."""
+    words = lexical_query(query)
+    return language.question_configs(words, readable_languages(principals)) if words else []
+
+
+def _candidate_sql(*, dense: bool, lexical: bool, idents: int, multi: bool = False) -> str:
     # Each candidate list carries the ACL overlap in its own WHERE, ahead of ORDER BY/LIMIT,
     # so a restricted chunk is never ranked for this user (tests assert it on this SQL).
     acl = f"c.acl && {PRINCIPALS}"
     empty = "SELECT NULL::bigint AS id, NULL::bigint AS r WHERE false"
+    # With the multilingual space, MiniLM's list ranks MiniLM's passages: English ones and any without a vector
+    # in the other space (indexed before it); the multilingual list ranks the rest.
+    english = " AND (c.multilingual_embedding IS NULL OR c.language = 'en')" if multi else ""
     dense_sql = f"""
         SELECT id, row_number() OVER (ORDER BY distance, id) AS r FROM (
             SELECT c.id, c.embedding <=> %(vector)s::vector AS distance
-            FROM kb_chunk c WHERE {acl}
+            FROM kb_chunk c WHERE {acl}{english}
             ORDER BY c.embedding <=> %(vector)s::vector LIMIT %(n)s
         ) d""" if dense else empty
+    # The same in the multilingual space (kb.library.ingest.multilingual): its own HNSW index; chunks indexed
+    # before the space existed have no vector there and are not in this list.
+    multi_sql = f"""
+        SELECT id, row_number() OVER (ORDER BY distance, id) AS r FROM (
+            SELECT c.id, c.multilingual_embedding <=> %(mvector)s::vector AS distance
+            FROM kb_chunk c WHERE {acl} AND c.multilingual_embedding IS NOT NULL
+            ORDER BY c.multilingual_embedding <=> %(mvector)s::vector LIMIT %(n)s
+        ) m""" if multi else empty
     # IDF-weighted: each query lexeme's ts_rank in the chunk times its inverse document
     # frequency (search_lexeme_stats), so rare words outweigh words every chunk has. Only the
     # rarest lexemes select candidates, until together they are in `select_rows` chunks (the
     # rarest one in any case), which bounds the rows ranked at any corpus size; the other
     # picked words only add to their rank. A common word selecting candidates would make the
     # subquery rank a large part of the table for almost no signal.
+    # Each chunk is matched only by the question's words as its own language's configuration reads them
+    # (picked and anyterm hold one set per configuration the question is matched in: lexical_configs).
     lexical_sql = f"""
         SELECT id, row_number() OVER (ORDER BY rank DESC, id) AS r FROM (
-            SELECT c.id, (SELECT sum(ts_rank(c.search, t.q, 0) * t.idf) FROM picked t WHERE c.search @@ t.q) AS rank
+            SELECT c.id, (SELECT sum(ts_rank(c.search, t.q, 0) * t.idf) FROM picked t
+                          WHERE t.config = c.search_config AND c.search @@ t.q) AS rank
             FROM kb_chunk c, anyterm a
-            WHERE {acl} AND c.search @@ a.q
+            WHERE {acl} AND c.search_config = a.config AND c.search @@ a.q
             ORDER BY rank DESC LIMIT %(n)s
         ) l""" if lexical else empty
     if idents:
@@ -207,58 +246,74 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int) -> str:
         ident_sql = empty
     # A lexeme's frequency is counted over the chunks this user may read (search.stats), so no restricted
     # document moves which words select candidates or how they weigh. A lexeme they cannot find counts as rare.
+    # A lexeme's frequency is counted among the chunks of the configuration that produced it (search.stats).
     picked_sql = f"""
-        SELECT w.word, to_tsquery('simple', quote_literal(w.word)) AS q,
-               {idf_sql(ndoc="coalesce(s.ndoc, 0)", total="coalesce(n.total, 1)")} AS idf,
-               coalesce(s.ndoc, 0) AS ndoc
-        FROM unnest(tsvector_to_array(to_tsvector('english', %(lexical)s))) AS w(word)
-        CROSS JOIN LATERAL (SELECT {readable_ndoc_sql(word="w.word", principals=PRINCIPALS)} AS ndoc) s
-        CROSS JOIN (SELECT {readable_total_sql(PRINCIPALS)} AS total) n
-        WHERE coalesce(s.ndoc, 0) <= %(max_share)s * greatest(coalesce(n.total, 1), 1)
-        ORDER BY idf DESC LIMIT %(max_terms)s"""
+        SELECT config, word, q, idf, ndoc FROM (
+          SELECT w.*, row_number() OVER (PARTITION BY w.config ORDER BY w.idf DESC, w.word) AS place FROM (
+            SELECT a.config, w.word, to_tsquery('simple', quote_literal(w.word)) AS q,
+                   {idf_sql(ndoc="coalesce(s.ndoc, 0)", total="coalesce(n.total, 1)")} AS idf,
+                   coalesce(s.ndoc, 0) AS ndoc, n.total
+            FROM unnest(%(lex_configs)s::regconfig[], %(lex_texts)s::text[]) AS a(config, text)
+            CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(a.config, a.text))) AS w(word)
+            CROSS JOIN LATERAL (SELECT {readable_ndoc_sql(word="w.word", principals=PRINCIPALS, config="a.config")}
+                                AS ndoc) s
+            CROSS JOIN LATERAL (SELECT {readable_total_sql(PRINCIPALS)} AS total) n
+          ) w WHERE w.ndoc <= %(max_share)s * greatest(coalesce(w.total, 1), 1)
+        ) p WHERE place <= %(max_terms)s"""
     return f"""
     WITH picked AS ({picked_sql}),
     anyterm AS (
-        SELECT to_tsquery('simple', string_agg(quote_literal(word), ' | ')) AS q FROM (
-            SELECT word, row_number() OVER rarest AS rarity, sum(ndoc) OVER rarest AS reach FROM picked
-            WINDOW rarest AS (ORDER BY idf DESC, word ROWS UNBOUNDED PRECEDING)
-        ) p WHERE rarity = 1 OR reach <= %(select_rows)s
+        SELECT config, to_tsquery('simple', string_agg(quote_literal(word), ' | ')) AS q FROM (
+            SELECT config, word, row_number() OVER rarest AS rarity, sum(ndoc) OVER rarest AS reach FROM picked
+            WINDOW rarest AS (PARTITION BY config ORDER BY idf DESC, word ROWS UNBOUNDED PRECEDING)
+        ) p WHERE rarity = 1 OR reach <= %(select_rows)s GROUP BY config
     ),
     dense AS ({dense_sql}),
     lexical AS ({lexical_sql}),
     ident AS ({ident_sql}),
+    multi AS ({multi_sql}),
     ranked AS (
         SELECT id, r, 'dense' AS source, %(w_dense)s::float AS w FROM dense
         UNION ALL SELECT id, r, 'lexical', %(w_lexical)s::float FROM lexical
         UNION ALL SELECT id, r, 'ident', %(w_ident)s::float FROM ident
+        UNION ALL SELECT id, r, 'multilingual', %(w_multilingual)s::float FROM multi
     ),
     fused AS (
         SELECT id, sum(w / (%(rrf_k)s + r)) AS rrf,
                min(r) FILTER (WHERE source = 'dense') AS dense_rank,
                min(r) FILTER (WHERE source = 'lexical') AS lexical_rank,
-               min(r) FILTER (WHERE source = 'ident') AS ident_rank
+               min(r) FILTER (WHERE source = 'ident') AS ident_rank,
+               min(r) FILTER (WHERE source = 'multilingual') AS multilingual_rank
         FROM ranked GROUP BY id
     )
     SELECT c.id AS chunk_id, c.document_id, d.title AS document_title, d.mime_type, d.embedding_model, c.ordinal,
            c.breadcrumb, c.content, c.text, c.start, c."end", c.page, c.kind, c.audience, c.part, c.parts, c.split_group,
            c.embedding <=> %(vector)s::vector AS distance, f.rrf, f.dense_rank, f.lexical_rank, f.ident_rank,
+           f.multilingual_rank, {"c.multilingual_embedding <=> %(mvector)s::vector" if multi else "NULL::float"}
+           AS multilingual_distance, c.language AS chunk_language,
            vector_send(c.embedding) AS vector
     FROM fused f JOIN kb_chunk c ON c.id = f.id JOIN kb_document d ON d.id = c.document_id
     ORDER BY f.rrf DESC, c.id
     """
 
 
-def _candidate_query(*, principals: list[str], query: str, vector: np.ndarray,
-                     options: SearchOptions) -> tuple[str, dict[str, Any]]:
-    """The candidate SQL for this query and options, with its parameters."""
+def _candidate_query(*, principals: list[str], query: str, vector: np.ndarray, options: SearchOptions,
+                     mvector: np.ndarray | None = None,
+                     configs: Sequence[tuple[str, str]] | None = None) -> tuple[str, dict[str, Any]]:
+    """The candidate SQL for this query and options, with its parameters; `configs`: lexical_configs's, where
+    the caller has them."""
     idents = identifiers(query) if options.identifiers else []
-    lexical = lexical_query(query) if options.lexical else ""
+    if not options.lexical:
+        configs = []
+    elif configs is None:
+        configs = lexical_configs(query, principals)
     params: dict[str, Any] = {
         "principals": principals,
         # pgvector's text form: a float list would be written out as an array literal at each of its four places.
         "vector": "[" + ",".join(map(str, vector.tolist())) + "]",
         "n": options.candidates,
-        "lexical": lexical,
+        "lex_configs": [config for config, _ in configs],
+        "lex_texts": [text for _, text in configs],
         "max_share": options.lexical_max_share,
         "max_terms": options.lexical_max_terms,
         "select_rows": options.lexical_select_rows,
@@ -266,15 +321,21 @@ def _candidate_query(*, principals: list[str], query: str, vector: np.ndarray,
         "w_dense": options.weight_dense,
         "w_lexical": options.weight_lexical,
         "w_ident": options.weight_ident,
+        "w_multilingual": options.weight_multilingual,
+        "mvector": None if mvector is None else "[" + ",".join(map(str, mvector.tolist())) + "]",
         **{f"ident{i}": f"%{token.translate(LIKE_SPECIALS)}%" for i, token in enumerate(idents)},
         "ident_any": "|".join(REGEX_SPECIALS.sub(r"\\\g<0>", token) for token in idents),
     }
-    return _candidate_sql(dense=options.dense, lexical=bool(lexical), idents=len(idents)), params
+    return _candidate_sql(dense=options.dense, lexical=bool(configs), idents=len(idents),
+                          multi=mvector is not None), params
 
 
-def _candidates(*, principals: list[str], query: str, vector: np.ndarray, options: SearchOptions) -> list[dict[str, Any]]:
+def _candidates(*, principals: list[str], query: str, vector: np.ndarray, options: SearchOptions,
+                mvector: np.ndarray | None = None,
+                configs: Sequence[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
     """The candidate rows, each a dict keyed by the query's column names (Hit's field names where they are Hit's)."""
-    sql, params = _candidate_query(principals=principals, query=query, vector=vector, options=options)
+    sql, params = _candidate_query(principals=principals, query=query, vector=vector, options=options, mvector=mvector,
+                                   configs=configs)
 
     def read(alias: str) -> list[dict[str, Any]]:
         if options.ef_search == settings.KB_SEARCH_EF_SEARCH:  # set per connection (settings.DATABASES)
@@ -328,16 +389,52 @@ def _late_signals(query: str, pieces: np.ndarray, head: list[Hit], texts: dict[i
     return {h.chunk_id: (s, w) for h, s, w in zip(head, scores, weakest, strict=True)}
 
 
+def _english_scale(distance: float, options: SearchOptions) -> float:
+    """A multilingual-space cosine distance on MiniLM's scale, so one threshold gates passages of both spaces."""
+    return options.multilingual_offset + options.multilingual_scale * distance
+
+
+LISTS_JUDGED = ("dense", "lexical", "multilingual")  # the lists a fusion may leave out (identifiers are exact)
+JUDGED_TOP = 3  # a list says something when one of its first this many passages is near the nearest
+
+
+def _fuse_spaces(hits: list[Hit], options: SearchOptions) -> list[Hit]:
+    """The hits with each one's distance in its own space (on MiniLM's scale), re-fused without the lists that
+    have nothing to say: a list none of whose first JUDGED_TOP passages is within `multilingual_margin` of the
+    nearest passage of either space. MiniLM's list ranks English passages and the multilingual list the rest; on
+    a question MiniLM cannot read, or about a passage in another language, MiniLM's list and the full text of the
+    question's language rank noise that would drown the multilingual list in the fusion (and on an English question
+    about English passages, the multilingual list's ranks are the noise)."""
+    placed = [replace(h, distance=_english_scale(h.multilingual_distance, options), space="multilingual")
+              if h.space == "multilingual" and h.multilingual_distance is not None else h for h in hits]
+    if not placed:
+        return placed
+    nearest = min(h.distance for h in placed)
+    weights = {"dense": options.weight_dense, "lexical": options.weight_lexical, "ident": options.weight_ident,
+               "multilingual": options.weight_multilingual}
+    for name in LISTS_JUDGED:
+        best = min((h.distance for h in placed if h.ranks.get(name, JUDGED_TOP + 1) <= JUDGED_TOP), default=None)
+        if best is not None and best - nearest > options.multilingual_margin:
+            weights[name] = 0.0
+    return [replace(h, score=sum(weights[name] / (options.rrf_k + rank) for name, rank in h.ranks.items()))
+            for h in placed]
+
+
 def _late_rerank(hits: list[Hit], scored: dict[int, tuple[float, float]], *, depth: int, weight: float) -> list[Hit]:
     """The top `depth` hits re-ordered by late-interaction score plus cosine similarity; the rest keep their place."""
     head, tail = hits[:depth], hits[depth:]
     head = [replace(h, late_score=scored[h.chunk_id][0]) for h in head]
-    head.sort(key=lambda h: (-(weight * (h.late_score or 0.0) + 1 - h.distance), h.chunk_id))
+    # Only MiniLM's passages move, among the places they hold: its word pieces do not read the other languages.
+    places = [i for i, h in enumerate(head) if h.space == "english"]
+    ordered = sorted((head[i] for i in places), key=lambda h: (-(weight * (h.late_score or 0.0) + 1 - h.distance),
+                                                                h.chunk_id))
+    for i, hit in zip(places, ordered, strict=True):
+        head[i] = hit
     return head + tail
 
 
 _HIT_COLUMNS = [f.name for f in fields(Hit) if f.name not in {"distance", "score", "ranks", "passed", "late_score",
-                                                                 "rerank_score"}]
+                                                                 "rerank_score", "multilingual_distance", "space"}]
 
 
 def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None) -> SearchResult:
@@ -352,9 +449,12 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
         return result
 
     vector, pieces = embedding.embed_query(query)
+    mvector = multilingual.embed_query(query) if options.multilingual else None
     result.vector = vector
     timings["embed"] = (time.perf_counter() - started) * 1000
-    rows = _candidates(principals=principals, query=query, vector=vector, options=options)
+    configs = lexical_configs(query, principals)  # the languages the question's words are matched in
+    rows = _candidates(principals=principals, query=query, vector=vector, options=options, mvector=mvector,
+                       configs=configs)
     timings["sql"] = (time.perf_counter() - started) * 1000 - timings["embed"]
 
     model = settings.KB_EMBEDDING_MODEL
@@ -373,16 +473,23 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
             continue
         vectors[row["chunk_id"]] = _vector(row["vector"])
         texts[row["chunk_id"]] = row["text"]
-        ranks = {k: int(row[f"{k}_rank"]) for k in ("dense", "lexical", "ident") if row[f"{k}_rank"]}
+        ranks = {k: int(row[f"{k}_rank"]) for k in ("dense", "lexical", "ident", "multilingual") if row[f"{k}_rank"]}
+        other = row["multilingual_distance"]
         hits.append(Hit(**{name: row[name] for name in _HIT_COLUMNS}, distance=float(row["distance"]),
-                        score=float(row["rrf"]), ranks=ranks))
+                        score=float(row["rrf"]), ranks=ranks,
+                        multilingual_distance=None if other is None else float(other),
+                        space="english" if other is None or row["chunk_language"] == "en" else "multilingual"))
+    if mvector is not None:
+        hits = _fuse_spaces(hits, options)
     hits.sort(key=lambda h: (-h.score, h.distance, h.chunk_id))
     result.nearest_distance = min((h.distance for h in hits), default=None)
+    result.space = min(hits, key=lambda h: h.distance).space if hits else "english"
 
     fused = hits
     hits = _drop_duplicates(hits, vectors, duplicate=options.duplicate)
     scored: dict[int, tuple[float, float]] = {}
-    words = answerability.word_statistics(WORD.findall(query), principals=principals) if hits else []
+    words = (answerability.word_statistics(WORD.findall(query), principals=principals,
+                                           configs=[config for config, _ in configs]) if hits else [])
     if options.late_depth and hits:
         late_at = time.perf_counter()
         scored = _late_signals(query, pieces, hits[: options.late_depth], texts, words)
@@ -430,10 +537,12 @@ def _decide(result: SearchResult, *, words: Sequence[answerability.WordStat], fu
         agreement=answerability.agreement([h.ranks for h in fused]),
         screen=1.0 if result.intent == SCREEN else 0.0,
         unknown_words=tuple(unknown),
+        multilingual_nearest=min((h.multilingual_distance for h in fused if h.multilingual_distance is not None),
+                                 default=1.0),
     )
-    model = answerability.configured_model() if options.answerability else None
+    model = answerability.configured_model() if options.answerability and result.space == "english" else None
     if model is None:
-        return result.nearest_distance <= options.threshold
+        return result.nearest_distance <= options.threshold  # on MiniLM's scale in either space
     result.probability, result.cutoff = model.probability(result.signals), model.cutoff
     return result.probability >= model.cutoff
 

@@ -1,14 +1,18 @@
 """Corpus statistics for lexical ranking, refreshed after indexing (debounced on the workers).
 
 `search_lexeme_stats` counts document frequencies over every chunk. Search reads the per-access-list
-counts instead (`search_acl_lexeme_stats`, `search_acl_chunk_totals`), summed over the access lists
-a user's principals overlap: the statistics behind a user's ranking and answer/refuse signals are
-those of the chunks they may read, and do not move when restricted documents come and go.
+counts instead (`search_acl_lexeme_stats`, `search_acl_chunk_totals`), per access list and per text
+search configuration (each chunk's language has its own: kb.library.language), summed over the access
+lists a user's principals overlap (a word among the chunks of the configuration it is analysed with): the
+statistics behind a user's ranking and answer/refuse signals are those of the chunks they may read, and do
+not move when restricted documents come and go.
 """
 
 from __future__ import annotations
 
 from django.db import connection, transaction
+
+from kb.library.language import DEFAULT
 
 # The chunk total, as an SQL expression: every row of the view carries it, so one row is read, not
 # an aggregate over the whole vocabulary (hundreds of thousands of lexemes on a large corpus).
@@ -21,10 +25,24 @@ def readable_total_sql(principals: str) -> str:
     return f"(SELECT sum(t.total) FROM search_acl_chunk_totals t WHERE t.acl && {principals})"  # noqa: S608 (SQL only)
 
 
-def readable_ndoc_sql(*, word: str, principals: str) -> str:
-    """In how many chunks a user may read lexeme `word` occurs (NULL: none), as an SQL expression."""
+def readable_ndoc_sql(*, word: str, principals: str, config: str | None = None) -> str:
+    """In how many chunks a user may read lexeme `word` occurs (NULL: none), among those read with `config`
+    where given (a lexeme of one language's stemmer means nothing in another's), as an SQL expression."""
+    among = f" AND a.config = {config}" if config else ""
     return (f"(SELECT sum(a.ndoc) FROM search_acl_lexeme_stats a "  # noqa: S608 (SQL expressions, no values)
-            f"WHERE a.word = {word} AND a.acl && {principals})")
+            f"WHERE a.word = {word} AND a.acl && {principals}{among})")
+
+
+def readable_languages(principals: list[str] | None) -> set[str]:
+    """The languages of the chunks `principals` may read (of every chunk for None), as ISO 639-1 codes; a
+    chunk indexed before languages were detected counts as kb.library.language.DEFAULT, as it is read."""
+    with connection.cursor() as cursor:
+        if principals is None:
+            cursor.execute("SELECT DISTINCT t.language FROM search_acl_chunk_totals t")
+        else:
+            cursor.execute("SELECT DISTINCT t.language FROM search_acl_chunk_totals t WHERE t.acl && %s::varchar[]",
+                           [principals])
+        return {language or DEFAULT for (language,) in cursor.fetchall()}
 
 
 def idf_sql(*, ndoc: str, total: str) -> str:

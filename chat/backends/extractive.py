@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from chat import sentences as scoring
 from chat.prompts import Prompt
 from chat.support import terms
+from kb.library.sentences import split as split_sentences
 
 MAX_CHARS = 450  # runners-up join while the answer stays under this (mean answer on ../shared/eval: ~380 characters)
 MAX_PICKS = 6  # the lead and the best-scored runners-up (each with the sentences it depends on)
@@ -39,7 +40,6 @@ LEANS_BACK = 2  # sentences a dependent opener may bring before it, when the one
 PROCEDURE_BONUS = 0.3
 WEAK = 0.34  # share of the question's rare-word weight matched below which the answer says it may be partial
 
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[*_]?[A-Z0-9])")
 HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
 TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}")
 BULLET = re.compile(r"^\s*(?:[-*+•]|\d{1,2}[.)])\s+")
@@ -115,7 +115,7 @@ def units(number: int, text: str) -> list[Unit]:
     def flush() -> None:
         if pending:
             cleaned = _clean(" ".join(pending))
-            for piece in SENTENCE_END.split(cleaned) if previous == "prose" else [cleaned]:
+            for piece in split_sentences(cleaned) if previous == "prose" else [cleaned]:
                 if piece.strip():
                     add(piece.strip(), previous)
             pending.clear()

@@ -143,9 +143,10 @@ class StaleFilter(admin.SimpleListFilter):
 @admin.register(Document)
 class DocumentAdmin(StaffRuleMixin, admin.ModelAdmin):
     list_display = (
-        "title", "folder", "status_badge", "index_badge", "chunk_count", "stage_timings", "attempts", "updated_at",
+        "title", "folder", "language", "status_badge", "index_badge", "chunk_count", "stage_timings", "attempts",
+        "updated_at",
     )
-    list_filter = ("status", StaleFilter, ("folder", VisibleFolderFilter))
+    list_filter = ("status", "language", StaleFilter, ("folder", VisibleFolderFilter))
     list_select_related = ("folder",)
     search_fields = ("title", "filename")
     filter_horizontal = ("groups", "users")
@@ -155,10 +156,11 @@ class DocumentAdmin(StaffRuleMixin, admin.ModelAdmin):
         "file", "pending_acl", "filename", "mime_type", "sha256", "size", "status", "failed_stage", "failure_reason", "attempts",
         "worker", "acl", "extractor_version", "pipeline_version", "late_version", "embedding_model", "embedding_dimensions",
         "chunk_count", "token_total", "token_max", "indexed_at", "stage_timings", "warnings", "uploaded_by", "created_at",
-        "updated_at",
+        "updated_at", "language_detected",
     )
     fieldsets = (
         (None, {"fields": ("title", "file", "folder", "audience_default")}),
+        ("Language", {"fields": ("language", "language_fixed", "language_detected")}),
         ("Access", {"fields": ("inherit_access", "public", "groups", "users", "acl", "pending_acl")}),
         ("Pipeline", {"fields": ("status", "failed_stage", "failure_reason", "attempts", "worker", "warnings")}),
         ("Index", {"fields": (
@@ -172,6 +174,17 @@ class DocumentAdmin(StaffRuleMixin, admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Document]:
         return super().get_queryset(request).defer("canonical_text", "pages", "headings")  # a whole manual per row otherwise
+
+    def save_model(self, request: HttpRequest, obj: Document, form: Any, change: bool) -> None:
+        """A language an admin sets is fixed: every re-indexing keeps it (clearing "fixed" hands it back to
+        detection). Either change indexes the document again at once, so its chunks are read with the
+        language's text search configuration (chunks whose text is unchanged keep their vectors)."""
+        changed = change and {"language", "language_fixed"} & set(form.changed_data)
+        if change and "language" in form.changed_data:
+            obj.language_fixed = bool(obj.language)
+        super().save_model(request, obj, form, change)
+        if changed and obj.status not in RUNNING:
+            document_queue_ingest(documents=Document.objects.filter(pk=obj.pk))
 
     class Media:
         css = {"all": ("kb/admin.css",)}

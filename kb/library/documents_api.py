@@ -97,6 +97,8 @@ class DocumentOut(Schema):
     folder: int | None = Field(examples=[3])
     folder_name: str | None = Field(examples=["Finance"])
     status: StatusName = Field(examples=["ready"])
+    language: str = Field(description="The text's language (ISO 639-1): detected at indexing, or set by an admin",
+                          examples=["de"])
     failed_stage: str = Field(description="The stage a failed document stopped in", examples=[""])
     failure_reason: str = Field(description="Why it failed, in words", examples=[""])
     chunk_count: int = Field(examples=[18])
@@ -126,6 +128,8 @@ class DocumentFilter(Schema):
     folder: str = Field(default="", pattern=r"^(\d+|none)?$", description="A folder id, or `none` for no folder")
     stale: bool | None = Field(default=None, description="true: only stale ready documents; false: all but those")
     updated_since: datetime | None = Field(default=None, description="Changed at or after this time (ISO 8601)")
+    language: str = Field(default="", pattern=r"^([a-z]{2,3})?$",
+                          description="Only documents in this language (ISO 639-1, e.g. `de`)")
     q: str = Field(default="", max_length=200, pattern=NO_NUL, description="Words in the title")
     limit: int = Field(default=50, ge=1, le=500)
     offset: int = Field(default=0, ge=0, le=2**31 - 1)
@@ -261,6 +265,7 @@ def _document_out(document: Document, *, manage: bool, user: Any) -> dict[str, A
         "folder": document.folder_id,
         "folder_name": document.folder.name if document.folder else None,
         "status": document.status,
+        "language": document.language,
         "failed_stage": document.failed_stage,
         "failure_reason": document.failure_reason,
         "chunk_count": document.chunk_count,
@@ -312,6 +317,8 @@ def document_index(request: HttpRequest, filters: Query[DocumentFilter]) -> dict
         stale=filters.stale,
         updated_since=filters.updated_since,
     )
+    if filters.language:
+        found = found.filter(language=filters.language)
     page = found[filters.offset : filters.offset + filters.limit]
     if manage:
         page = page.prefetch_related("groups", "users")

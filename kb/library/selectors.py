@@ -24,11 +24,13 @@ def document_index_version(document: Document) -> IndexVersion:
         pipeline_version=document.pipeline_version or 0,
         extractor_version=document.extractor_version or 0,
         late_version=document.late_version or 0,
+        multilingual_model=document.multilingual_model,
     )
 
 
 def documents_stale(queryset: QuerySet[Document] | None = None) -> QuerySet[Document]:
-    """Ready documents indexed under another model, dimension, pipeline, extractor or late-interaction version."""
+    """Ready documents indexed under another model, dimension, pipeline, extractor, late-interaction version or
+    multilingual space."""
     base = Document.objects.all() if queryset is None else queryset
     return base.filter(status=Document.Status.READY).exclude(Q(**asdict(current_index_version())))
 

@@ -384,6 +384,7 @@ def run_inner(*, eval_set: EvalSet, overrides: Mapping[str, Any], log: Log, answ
             **query, "intent": result.intent, "refused": not result.answerable, "hits": hits,
             "nearest": result.nearest_distance, "ms": elapsed, **({"answer": answer} if answer else {}),
             "signals": result.signals.as_json() if result.signals else None, "probability": result.probability,
+            "space": result.space,
         })
         if i % 25 == 0 or i == len(queries):
             log(f"queried {i}/{len(queries)}")
@@ -449,6 +450,7 @@ def query_summaries(eval_set: EvalSet, run: Mapping[str, Any], figures: Mapping[
             summary.update(must_find=must_find, leaks=leaks_by_case[record["id"]],
                            refusal_correct=record["refused"] if must_find is None else not record["refused"])
         summary["docs"] = [h["doc"] for h in record["hits"]]
+        summary.update(signals=record.get("signals"), space=record.get("space"))  # what decided answer/refuse
         if "answer" in record:
             summary["answer"] = _dump_answer(record["answer"])
             summary["answer"].update(first_token_ms=record["answer"]["first_token_ms"],

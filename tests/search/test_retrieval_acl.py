@@ -111,14 +111,14 @@ def test_every_candidate_subquery_carries_the_acl_predicate(corpus: dict[str, Do
         hybrid_search(user=people["alice"], query="ZX-4412-QUARTZ vault rotation code")
     sql = next(q["sql"] for q in captured.captured_queries if "dense AS (" in q["sql"])
     subqueries = re.findall(r"FROM kb_chunk c(?:, anyterm a)?\s+WHERE (.*?)(?:GROUP|ORDER) BY", sql, re.S)
-    assert len(subqueries) == 3  # dense, lexical, identifier
+    assert len(subqueries) == 4  # dense, lexical, identifier, multilingual dense
     for where in subqueries:
         principals = re.match(r"\s*c\.acl && '\{(.*?)\}'::varchar\[\]", where)
         assert principals, where
         assert set(principals.group(1).split(",")) == {"everyone", f"u:{people['alice'].pk}",
                                                         f"g:{people['groups']['engineering'].pk}"}
     # No candidate list is built without the filter, and the fused rows come only from them.
-    assert sql.count("FROM kb_chunk c") == 3
+    assert sql.count("FROM kb_chunk c") == 4
 
 
 def test_search_api_requires_login_or_token_and_respects_acl(corpus: dict[str, Document], people: dict[str, Any], client: Client) -> None:

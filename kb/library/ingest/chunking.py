@@ -20,6 +20,7 @@ from kb.library.ingest.extract import Extracted, Heading
 from kb.library.ingest.formats.pages import CONTINUES
 from kb.library.ingest.formats.text import FRONT_MATTER
 from kb.library.ingest.tokens import WINDOW, PieceIndex, count_tokens
+from kb.library.sentences import sentence_starts
 
 PIPELINE_VERSION: int = 2  # 2: a chunk may cross a PDF page break where the text runs on
 
@@ -199,19 +200,10 @@ class _Piece:
 
 
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
-# A sentence ends at . ! ? (plus closing quotes/brackets) followed by whitespace and a
-# character that can start a sentence; a new list item or table row also starts one.
-_SENTENCE_END = re.compile(r"[.!?…][\"'”’)\]]*\s+")
+# A new list item or table row starts a sentence too.
 _ITEM_START = re.compile(r"\n[ \t]*(?=[-*+|>]\s|\||\d{1,3}[.)]\s)")
-_ABBREVIATION = re.compile(
-    r"(?:\b(?:e\.g|i\.e|etc|vs|cf|approx|incl|no|fig|mr|mrs|ms|dr|st|jr|sr)|\b[A-Za-z])\.$", re.IGNORECASE
-)
 _LINE_BREAK = re.compile(r"\n\s*")
 _WORD_BREAK = re.compile(r"\s+")
-
-
-def _starts_sentence(c: str) -> bool:
-    return c.isupper() or c.isdigit() or (c != "" and c in "\"'“‘([*`_$<")
 
 
 class _Cutter:
@@ -399,12 +391,7 @@ class _Cutter:
     def _sentence_starts(self, start: int, end: int) -> list[int]:
         chunk = self.text[start:end]
         out = [start + m.end() for m in _PARAGRAPH_BREAK.finditer(chunk)]
-        for m in _SENTENCE_END.finditer(chunk):
-            nxt = chunk[m.end()] if m.end() < len(chunk) else ""
-            # Only the last few characters can hold an abbreviation (\b still sees the one before `pos`):
-            # searching the whole prefix made this quadratic in the length of the span.
-            if _starts_sentence(nxt) and not _ABBREVIATION.search(chunk, max(0, m.start() - 16), m.start() + 1):
-                out.append(start + m.end())
+        out += [start + s for s in sentence_starts(chunk)]  # any script's (kb.library.sentences)
         out += [start + m.end() for m in _ITEM_START.finditer(chunk)]
         return sorted(set(out))
 

@@ -9,6 +9,7 @@ from django.db import transaction
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
+from kb.library import language
 from kb.library.ingest import headings as located_headings
 from kb.library.ingest.chunking import Draft
 from kb.library.ingest.extract import Extracted, Heading
@@ -34,9 +35,11 @@ def replace_chunks(
     version: int,
     pieces: Sequence[np.ndarray],
     piece_ids: Sequence[np.ndarray],
+    multilingual: Sequence[np.ndarray | None],
 ) -> None:
     """Readers see either all the old chunks or all the new ones, never a mix or neither.
 
+    `multilingual` holds each chunk's vector in the multilingual space (None: the space is off).
     `headings` are the viewer's (kb.library.ingest.headings.locate), stored with the text they point into.
     The new chunks bring their version's audience (`pending_acl`) with them, in the same
     transaction. Raises Superseded, writing nothing, when the document was uploaded again
@@ -46,6 +49,13 @@ def replace_chunks(
     if locked.version != version:
         raise Superseded(f"document {locked.pk} is at version {locked.version}, this run read {version}")
     acl = locked.acl if locked.pending_acl is None else locked.pending_acl
+    # An admin's language (`language_fixed`) is every chunk's: they corrected what detection found.
+    detected = language.document_language(extracted.text)
+    fixed = locked.language if locked.language_fixed and locked.language else ""
+    document_language = fixed or detected
+    languages = ([fixed] * len(drafts) if fixed
+                 else language.chunk_languages([draft.content for draft in drafts], document_language))
+    configs = [language.config_for(lang) for lang in languages]
     Chunk.objects.filter(document=locked).delete()
     Chunk.objects.bulk_create(
         [
@@ -66,12 +76,16 @@ def replace_chunks(
                 split_group=draft.group or "",
                 tokens=draft.tokens,
                 embedding=vector,
+                multilingual_embedding=other,
                 late_vectors=pack(piece_vectors),
                 piece_ids=pack_ids(ids),
                 acl=acl,
+                language=chunk_language,
+                search_config=config,
+                search_text=language.search_text(draft.text, config),
             )
-            for draft, audience, vector, piece_vectors, ids in zip(
-                drafts, audiences, vectors, pieces, piece_ids, strict=True
+            for draft, audience, vector, piece_vectors, ids, other, chunk_language, config in zip(
+                drafts, audiences, vectors, pieces, piece_ids, multilingual, languages, configs, strict=True
             )
         ],
         batch_size=500,
@@ -88,6 +102,8 @@ def replace_chunks(
         headings=located_headings.stored(headings),
         warnings=list(extracted.warnings),
         title=title,
+        language=document_language,
+        language_detected=detected,
         chunk_count=stored["n"] or 0,
         token_total=stored["total"] or 0,
         token_max=stored["top"] or 0,
@@ -96,6 +112,7 @@ def replace_chunks(
         pipeline_version=stamp.pipeline_version,
         extractor_version=stamp.extractor_version,
         late_version=stamp.late_version,
+        multilingual_model=stamp.multilingual_model,
         indexed_at=timezone.now(),
         updated_at=timezone.now(),
     )

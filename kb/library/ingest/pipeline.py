@@ -18,8 +18,9 @@ from django.conf import settings
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
+from kb.library import language
 from kb.library.events import publish_document_status
-from kb.library.ingest import bounded, chunking, classify, embedding, extract, headings, indexing
+from kb.library.ingest import bounded, chunking, classify, embedding, extract, headings, indexing, multilingual
 from kb.library.ingest import pieces as pieces_format
 from kb.library.ingest.tokens import counting_time
 from kb.library.ingest.version import current_index_version
@@ -117,18 +118,26 @@ def ingest(document_id: int, *, worker: str = "") -> str:
         texts = [draft.text for draft in drafts]
         kept = _previous_vectors(document, set(texts))
         todo = sorted({text for text in texts if text not in kept})
-        _current(document_id, version).update(progress_done=0, progress_total=len(todo))
+        foreign = _multilingual_texts(document, extracted.text, drafts)
+        todo_foreign = sorted(text for text in foreign if text not in kept or kept[text][3] is None)
+        _current(document_id, version).update(progress_done=0, progress_total=len(todo) + len(todo_foreign))
         _enter(document_id, version, stage)
         if todo:
             fresh = zip(todo, *_embed_with_progress(document_id, version, todo), strict=True)
-            kept.update((text, (vector, piece_vectors, ids)) for text, vector, piece_vectors, ids in fresh)
+            kept.update((text, (vector, piece_vectors, ids, None)) for text, vector, piece_vectors, ids in fresh)
+        began = time.perf_counter()
+        for text, other in zip(todo_foreign, _embed_multilingual(document_id, version, todo_foreign, len(todo)),
+                               strict=True):
+            kept[text] = (*kept[text][:3], other)
+        spent = time.perf_counter() - began
         vectors = np.stack([kept[text][0] for text in texts])
         pieces, piece_ids = [kept[text][1] for text in texts], [kept[text][2] for text in texts]
-        clock.lap("embed")
+        clock.lap("embed", within={"embed_multilingual": spent} if todo_foreign else None)
 
         indexing.replace_chunks(
             document=document, title=title, extracted=extracted, headings=shown_headings, drafts=drafts,
             audiences=audiences, vectors=vectors, version=version, pieces=pieces, piece_ids=piece_ids,
+            multilingual=[kept[text][3] for text in texts],
         )
         clock.lap("write")
         _current(document_id, version).update(stage_seconds=clock.seconds, chunks_reused=len(texts) - len(todo))
@@ -171,6 +180,29 @@ class _Stopwatch:
         self._last = now
 
 
+def _multilingual_texts(document: Document, text: str, drafts: list[chunking.Draft]) -> set[str]:
+    """The chunk texts the multilingual space embeds (kb.library.ingest.multilingual.embeds): by each chunk's
+    language as indexing will store it (the admin's correction, else detection; kb.library.language)."""
+    if not multilingual.enabled():
+        return set()
+    fixed = document.language if document.language_fixed and document.language else ""
+    if fixed:
+        return {draft.text for draft in drafts} if multilingual.embeds(fixed) else set()
+    languages = language.chunk_languages([draft.content for draft in drafts], language.document_language(text))
+    return {draft.text for draft, code in zip(drafts, languages, strict=True) if multilingual.embeds(code)}
+
+
+def _embed_multilingual(document_id: int, version: int, texts: list[str], done: int) -> list[np.ndarray]:
+    """The texts' multilingual vectors, in slices, reporting progress after `done` texts as the first pass does
+    (this encoder is the slower one: a long document must not look abandoned)."""
+    out: list[np.ndarray] = []
+    for start in range(0, len(texts), PROGRESS_EVERY):
+        out.extend(multilingual.embed_passages(texts[start : start + PROGRESS_EVERY]))
+        _current(document_id, version).update(progress_done=done + len(out), updated_at=timezone.now())
+        publish_document_status(document_id)
+    return out
+
+
 def _embed_with_progress(document_id: int, version: int,
                          texts: list[str]) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
     """Embed in slices, reporting `progress_done` after each so the library can show n/m.
@@ -189,22 +221,26 @@ def _embed_with_progress(document_id: int, version: int,
     return np.concatenate(parts), pieces, ids
 
 
-def _previous_vectors(document: Document, texts: set[str]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def _previous_vectors(
+    document: Document, texts: set[str]
+) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]:
     """The stored vectors of the version being replaced, by chunk text, for the texts wanted again: a chunk
     whose text did not change keeps them (editing one paragraph re-embeds a few chunks, not the manual).
-    Only from an index built by the running model and word-piece format, and only chunks with piece ids."""
+    Only from an index built by the running models and word-piece format, and only chunks with piece ids."""
     stamp = current_index_version()
-    if (document.embedding_model, document.embedding_dimensions, document.late_version) != (
-        stamp.embedding_model, stamp.embedding_dimensions, stamp.late_version
-    ):
+    if (document.embedding_model, document.embedding_dimensions, document.late_version,
+            document.multilingual_model) != (stamp.embedding_model, stamp.embedding_dimensions, stamp.late_version,
+                                             stamp.multilingual_model):
         return {}
     kept = {}
     old = Chunk.objects.filter(document_id=document.pk)
     wanted = {pk for pk, text in old.values_list("pk", "text") if text in texts}
-    for text, vector, late, ids in old.filter(pk__in=wanted).values_list("text", "embedding", "late_vectors", "piece_ids"):
-        if late is not None and ids:
+    rows = old.filter(pk__in=wanted).values_list("text", "embedding", "late_vectors", "piece_ids", "multilingual_embedding")
+    for text, vector, late, ids, other in rows:
+        if late is not None and ids:  # a multilingual vector it lacks and needs is computed (todo_foreign)
             kept[text] = (np.asarray(vector, dtype=np.float32), pieces_format.unpack(late, stamp.embedding_dimensions),
-                          np.asarray(pieces_format.unpack_ids(ids), dtype=np.int32))
+                          np.asarray(pieces_format.unpack_ids(ids), dtype=np.int32),
+                          None if other is None else np.asarray(other, dtype=np.float32))
     return kept
 
 

@@ -12,6 +12,7 @@ from django.conf import settings
 
 from kb.library.ingest.chunking import PIPELINE_VERSION
 from kb.library.ingest.extract import EXTRACTOR_VERSION
+from kb.library.ingest.multilingual import model_name as multilingual_model_name
 from kb.library.ingest.pieces import LATE_VERSION
 
 
@@ -22,11 +23,13 @@ class IndexVersion:
     pipeline_version: int
     extractor_version: int
     late_version: int
+    multilingual_model: str  # empty: the multilingual space is off (KB_MULTILINGUAL)
 
     def label(self) -> str:
         return (
             f"{self.embedding_model}/{self.embedding_dimensions}d · "
             f"pipeline v{self.pipeline_version} · extractor v{self.extractor_version} · late v{self.late_version}"
+            + (f" · {self.multilingual_model}" if self.multilingual_model else "")
         )
 
 
@@ -37,4 +40,5 @@ def current_index_version() -> IndexVersion:
         pipeline_version=PIPELINE_VERSION,
         extractor_version=EXTRACTOR_VERSION,
         late_version=LATE_VERSION,
+        multilingual_model=multilingual_model_name(),
     )

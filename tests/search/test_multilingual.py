@@ -1,0 +1,117 @@
+"""The multilingual space (kb.library.ingest.multilingual): a question in one language finds a passage in another,
+through the real pipeline, the real multilingual-e5-small and PostgreSQL, inside the permission filter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kb.library.ingest import multilingual
+from kb.library.ingest.pipeline import ingest
+from kb.library.ingest.version import current_index_version
+from kb.library.models import Chunk, Document
+from kb.library.selectors import document_is_stale, documents_stale
+from search.retrieval import SearchOptions, hybrid_search
+from tests.factories import ingested_document
+
+LEAVE = (
+    "# Urlaub\n\n## Urlaubsantrag\n\n"
+    "Urlaub muss mindestens drei Wochen vorher im Personalportal beantragt werden. "
+    "Die Teamleitung genehmigt den Antrag innerhalb von fünf Arbeitstagen.\n"
+)
+OTHERS = {
+    "kantine.md": "# Kantine\n\n## Öffnungszeiten\n\nDie Kantine im Erdgeschoss öffnet um halb zwölf und schließt um "
+                  "vierzehn Uhr. Freitags gibt es Fisch.\n",
+    "drucker.md": "# Drucker\n\n## Toner wechseln\n\nDer Toner des Druckers im dritten Stock wird vom Hausmeister "
+                  "gewechselt. Leere Kartuschen kommen in den grauen Behälter.\n",
+    "parking.md": "# Parking\n\n## Visitors\n\nVisitors park on level minus two; the barrier opens with the code "
+                  "printed on their badge.\n",
+}
+QUESTION = "How far in advance do I have to request my holidays?"
+
+
+def reindexed(document: Document) -> Document:
+    """Indexed again by the real pipeline, as a re-index of a stale document queues it."""
+    Document.objects.filter(pk=document.pk).update(status=Document.Status.QUEUED)
+    assert ingest(document.pk) == Document.Status.READY
+    document.refresh_from_db()
+    return document
+
+
+@pytest.fixture
+def office(db: None) -> dict[str, Document]:
+    return {name: ingested_document(text, name) for name, text in OTHERS.items()}
+
+
+def test_an_english_question_finds_a_german_passage(office: dict[str, Document], people: dict[str, Any]) -> None:
+    leave = ingested_document(LEAVE, "urlaub.md")
+    assert not Chunk.objects.filter(document=leave, multilingual_embedding__isnull=True).exists()
+    # English chunks stay in MiniLM's space alone (KB_MULTILINGUAL_ENGLISH off): the slower encoder only where needed.
+    assert not Chunk.objects.filter(document=office["parking.md"], multilingual_embedding__isnull=False).exists()
+    result = hybrid_search(user=people["carol"], query=QUESTION)
+    top = result.hits[0]
+    assert top.document_id == leave.pk and "drei Wochen" in top.content and top.space == result.space == "multilingual"
+    assert top.ranks.get("multilingual") == 1 and top.multilingual_distance is not None
+    # Its distance is the multilingual one on MiniLM's scale, which the threshold gates: a German question is answered.
+    offset, scale = multilingual.ENGLISH_SCALE
+    assert top.distance == pytest.approx(offset + scale * top.multilingual_distance)
+    german = hybrid_search(user=people["carol"], query="Wie früh muss ich meinen Urlaub beantragen?")
+    assert german.answerable and german.passed[0].document_id == leave.pk and german.space == "multilingual"
+    # MiniLM's English space alone does not rank it first: the multilingual list is what finds it.
+    english = hybrid_search(user=people["carol"], query=QUESTION, options=SearchOptions(multilingual=False))
+    assert english.hits[0].document_id != leave.pk or not english.hits[0].passed
+    assert all("multilingual" not in hit.ranks and hit.multilingual_distance is None for hit in english.hits)
+    # A question MiniLM serves stays in its space: an English question about an English passage.
+    parking = hybrid_search(user=people["carol"], query="Where do visitors park?")
+    assert parking.space == "english" and parking.hits[0].document_id == office["parking.md"].pk
+
+
+def test_a_restricted_german_passage_never_reaches_an_outsider_even_as_the_best_match(
+    office: dict[str, Document], people: dict[str, Any]
+) -> None:
+    leave = ingested_document(LEAVE, "urlaub.md", public=False, groups=[people["groups"]["hr"]])
+    assert hybrid_search(user=people["dave"], query=QUESTION).hits[0].document_id == leave.pk  # the best match
+    for outsider in ("carol", "alice", "bob"):
+        result = hybrid_search(user=people[outsider], query=QUESTION)
+        assert leave.pk not in {hit.document_id for hit in result.hits}
+        assert any(hit.ranks.get("multilingual") for hit in result.hits)  # the list ran, over what they may read
+
+
+def test_the_multilingual_space_is_part_of_the_index_version(db: None, settings: Any) -> None:
+    document = ingested_document(LEAVE, "urlaub.md")
+    assert document.multilingual_model == multilingual.MODEL == current_index_version().multilingual_model
+    assert multilingual.MODEL in current_index_version().label() and not document_is_stale(document)
+    # A deployment indexed before the space existed: its documents are stale, and re-indexing adds the vectors.
+    Document.objects.filter(pk=document.pk).update(multilingual_model="")
+    Chunk.objects.filter(document=document).update(multilingual_embedding=None)
+    assert list(documents_stale()) == [document]
+    document = reindexed(document)
+    assert not document_is_stale(document) and document.chunks_reused == 0  # no vector of the old index kept
+    assert not Chunk.objects.filter(document=document, multilingual_embedding__isnull=True).exists()
+    # Turned off, the index built with it is stale too, and a new one has no multilingual vectors.
+    settings.KB_MULTILINGUAL = False
+    assert current_index_version().multilingual_model == "" and list(documents_stale()) == [document]
+    reindexed(document)
+    assert not Chunk.objects.filter(document=document, multilingual_embedding__isnull=False).exists()
+    # English chunks in the space too is another index: stale again.
+    settings.KB_MULTILINGUAL, settings.KB_MULTILINGUAL_ENGLISH = True, True
+    assert current_index_version().multilingual_model == multilingual.MODEL + "+en"
+    assert list(documents_stale()) == [document]
+
+
+def test_an_unchanged_chunk_keeps_its_multilingual_vector_on_re_index(db: None) -> None:
+    document = ingested_document(LEAVE, "urlaub.md")
+    before = {c.text: np.asarray(c.multilingual_embedding) for c in Chunk.objects.filter(document=document)}
+    assert reindexed(document).chunks_reused == len(before)
+    for chunk in Chunk.objects.filter(document=document):
+        assert np.array_equal(np.asarray(chunk.multilingual_embedding), before[chunk.text])
+
+
+def test_query_and_passage_vectors_are_unit_length_and_prefixed_differently(db: None) -> None:
+    query = multilingual.embed_query("Urlaubsantrag")
+    passage = multilingual.embed_passages(["Urlaubsantrag", "Toner"])
+    assert passage.shape == (2, multilingual.DIMENSIONS)
+    assert np.allclose(np.linalg.norm(passage, axis=1), 1, atol=1e-4) and abs(np.linalg.norm(query) - 1) < 1e-4
+    assert 0.9 < float(query @ passage[0]) < 0.9999  # "query: " and "passage: " make the same words differ a little
