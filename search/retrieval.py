@@ -184,12 +184,15 @@ def lexical_query(query: str) -> str:
     return " ".join(dict.fromkeys(words))
 
 
-def lexical_configs(query: str, principals: list[str]) -> list[tuple[str, str]]:
+def lexical_configs(query: str, principals: list[str], readable: set[str] | None = None) -> list[tuple[str, str]]:
     """(text search configuration, the question's words as it reads them) for each language the question is
-    matched in among those of the chunks `principals` may read (kb.library.language.question_configs);
-    [] when the question is in none of them: a cross-language question is the dense spaces' to answer."""
+    matched in among those of the chunks `principals` may read (`readable`, when the caller has them:
+    kb.library.language.question_configs); [] when the question is in none of them: a cross-language question
+    is the dense spaces' to answer."""
     words = lexical_query(query)
-    return language.question_configs(words, readable_languages(principals)) if words else []
+    if not words:
+        return []
+    return language.question_configs(words, readable_languages(principals) if readable is None else readable)
 
 
 def _candidate_sql(*, dense: bool, lexical: bool, idents: int, multi: bool = False) -> str:
@@ -448,11 +451,15 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     if not principals or not query.strip():
         return result
 
+    readable = readable_languages(principals)
     vector, pieces = embedding.embed_query(query)
-    mvector = multilingual.embed_query(query) if options.multilingual else None
+    # The multilingual space holds the chunks of some languages only (not English, by default): an asker who
+    # reads none of them is spared its encoder (~50 ms a question here) and its list.
+    in_space = options.multilingual and any(multilingual.embeds(code) for code in readable)
+    mvector = multilingual.embed_query(query) if in_space else None
     result.vector = vector
     timings["embed"] = (time.perf_counter() - started) * 1000
-    configs = lexical_configs(query, principals)  # the languages the question's words are matched in
+    configs = lexical_configs(query, principals, readable)  # the languages the question's words are matched in
     rows = _candidates(principals=principals, query=query, vector=vector, options=options, mvector=mvector,
                        configs=configs)
     timings["sql"] = (time.perf_counter() - started) * 1000 - timings["embed"]

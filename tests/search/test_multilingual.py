@@ -115,3 +115,19 @@ def test_query_and_passage_vectors_are_unit_length_and_prefixed_differently(db: 
     assert passage.shape == (2, multilingual.DIMENSIONS)
     assert np.allclose(np.linalg.norm(passage, axis=1), 1, atol=1e-4) and abs(np.linalg.norm(query) - 1) < 1e-4
     assert 0.9 < float(query @ passage[0]) < 0.9999  # "query: " and "passage: " make the same words differ a little
+
+
+def test_a_reader_of_english_alone_is_spared_the_multilingual_encoder(
+    db: None, people: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The space holds no English chunk: someone who may read only English passages pays no e5 encoding, while a
+    reader of the German one does (what encodes is counted, the model itself runs)."""
+    ingested_document(OTHERS["parking.md"], "parking.md")
+    ingested_document(LEAVE, "urlaub.md", public=False, groups=[people["groups"]["hr"]])
+    encoded: list[str] = []
+    real = multilingual.embed_query.__wrapped__
+    monkeypatch.setattr(multilingual, "embed_query", lambda text: encoded.append(text) or real(text))
+    carol = hybrid_search(user=people["carol"], query=QUESTION)
+    assert encoded == [] and all(h.space == "english" for h in carol.hits)
+    dave = hybrid_search(user=people["dave"], query=QUESTION)
+    assert encoded == [QUESTION] and dave.hits[0].space == "multilingual" and "drei Wochen" in dave.hits[0].content

@@ -106,19 +106,26 @@ def test_anonymous_and_inactive_users_see_nothing(corpus: dict[str, Document], p
     assert hybrid_search(user=people["alice"], query=QUOTE).hits == []
 
 
-def test_every_candidate_subquery_carries_the_acl_predicate(corpus: dict[str, Document], people: dict[str, Any]) -> None:
+@pytest.mark.parametrize("lists", [3, 4])
+def test_every_candidate_subquery_carries_the_acl_predicate(corpus: dict[str, Document], people: dict[str, Any],
+                                                             lists: int) -> None:
+    """Dense, lexical and identifier lists; the multilingual dense list too once alice may read a passage in
+    that space (a German one)."""
+    if lists == 4:
+        ingested_document("# Tresor\n\nDer Rotationscode des Tresors wird jeden Montag vom Sicherheitsteam "
+                          "neu vergeben und nur mündlich weitergegeben.\n", "tresor.md")
     with CaptureQueriesContext(connection) as captured:
         hybrid_search(user=people["alice"], query="ZX-4412-QUARTZ vault rotation code")
     sql = next(q["sql"] for q in captured.captured_queries if "dense AS (" in q["sql"])
     subqueries = re.findall(r"FROM kb_chunk c(?:, anyterm a)?\s+WHERE (.*?)(?:GROUP|ORDER) BY", sql, re.S)
-    assert len(subqueries) == 4  # dense, lexical, identifier, multilingual dense
+    assert len(subqueries) == lists
     for where in subqueries:
         principals = re.match(r"\s*c\.acl && '\{(.*?)\}'::varchar\[\]", where)
         assert principals, where
         assert set(principals.group(1).split(",")) == {"everyone", f"u:{people['alice'].pk}",
                                                         f"g:{people['groups']['engineering'].pk}"}
     # No candidate list is built without the filter, and the fused rows come only from them.
-    assert sql.count("FROM kb_chunk c") == 4
+    assert sql.count("FROM kb_chunk c") == lists
 
 
 def test_search_api_requires_login_or_token_and_respects_acl(corpus: dict[str, Document], people: dict[str, Any], client: Client) -> None:
