@@ -126,7 +126,12 @@ def test_a_reader_of_english_alone_is_spared_the_multilingual_encoder(
     ingested_document(LEAVE, "urlaub.md", public=False, groups=[people["groups"]["hr"]])
     encoded: list[str] = []
     real = multilingual.embed_query.__wrapped__
-    monkeypatch.setattr(multilingual, "embed_query", lambda text: encoded.append(text) or real(text))
+
+    def counted(text: str) -> np.ndarray:
+        encoded.append(text)
+        return real(text)
+
+    monkeypatch.setattr(multilingual, "embed_query", counted)
     carol = hybrid_search(user=people["carol"], query=QUESTION)
     assert encoded == [] and all(h.space == "english" for h in carol.hits)
     dave = hybrid_search(user=people["dave"], query=QUESTION)
