@@ -36,10 +36,13 @@ def replace_chunks(
     pieces: Sequence[np.ndarray],
     piece_ids: Sequence[np.ndarray],
     multilingual: Sequence[np.ndarray | None],
+    detected: str,
+    chunks_detected: Sequence[str],
 ) -> None:
     """Readers see either all the old chunks or all the new ones, never a mix or neither.
 
-    `multilingual` holds each chunk's vector in the multilingual space (None: the space is off).
+    `multilingual` holds each chunk's vector in the multilingual space (None: the space is off); `detected` and
+    `chunks_detected` are the languages detection found for the text and for each chunk (kb.library.language).
     `headings` are the viewer's (kb.library.ingest.headings.locate), stored with the text they point into.
     The new chunks bring their version's audience (`pending_acl`) with them, in the same
     transaction. Raises Superseded, writing nothing, when the document was uploaded again
@@ -50,11 +53,9 @@ def replace_chunks(
         raise Superseded(f"document {locked.pk} is at version {locked.version}, this run read {version}")
     acl = locked.acl if locked.pending_acl is None else locked.pending_acl
     # An admin's language (`language_fixed`) is every chunk's: they corrected what detection found.
-    detected = language.document_language(extracted.text)
     fixed = locked.language if locked.language_fixed and locked.language else ""
     document_language = fixed or detected
-    languages = ([fixed] * len(drafts) if fixed
-                 else language.chunk_languages([draft.content for draft in drafts], document_language))
+    languages = [fixed] * len(drafts) if fixed else list(chunks_detected)
     configs = [language.config_for(lang) for lang in languages]
     Chunk.objects.filter(document=locked).delete()
     Chunk.objects.bulk_create(

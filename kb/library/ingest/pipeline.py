@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from functools import partial
 
@@ -118,7 +119,10 @@ def ingest(document_id: int, *, worker: str = "") -> str:
         texts = [draft.text for draft in drafts]
         kept = _previous_vectors(document, set(texts))
         todo = sorted({text for text in texts if text not in kept})
-        foreign = _multilingual_texts(document, extracted.text, drafts)
+        # Detected once, outside the write's transaction: the multilingual pass and the stored languages read it.
+        detected = language.document_language(extracted.text)
+        chunks_detected = language.chunk_languages([draft.content for draft in drafts], detected)
+        foreign = _multilingual_texts(document, drafts, chunks_detected)
         todo_foreign = sorted(text for text in foreign if text not in kept or kept[text][3] is None)
         _current(document_id, version).update(progress_done=0, progress_total=len(todo) + len(todo_foreign))
         _enter(document_id, version, stage)
@@ -137,7 +141,7 @@ def ingest(document_id: int, *, worker: str = "") -> str:
         indexing.replace_chunks(
             document=document, title=title, extracted=extracted, headings=shown_headings, drafts=drafts,
             audiences=audiences, vectors=vectors, version=version, pieces=pieces, piece_ids=piece_ids,
-            multilingual=[kept[text][3] for text in texts],
+            multilingual=[kept[text][3] for text in texts], detected=detected, chunks_detected=chunks_detected,
         )
         clock.lap("write")
         _current(document_id, version).update(stage_seconds=clock.seconds, chunks_reused=len(texts) - len(todo))
@@ -180,15 +184,13 @@ class _Stopwatch:
         self._last = now
 
 
-def _multilingual_texts(document: Document, text: str, drafts: list[chunking.Draft]) -> set[str]:
+def _multilingual_texts(document: Document, drafts: list[chunking.Draft], detected: Sequence[str]) -> set[str]:
     """The chunk texts the multilingual space embeds (kb.library.ingest.multilingual.embeds): by each chunk's
-    language as indexing will store it (the admin's correction, else detection; kb.library.language)."""
+    language as indexing will store it (the admin's correction, else `detected`; kb.library.language)."""
     if not multilingual.enabled():
         return set()
     fixed = document.language if document.language_fixed and document.language else ""
-    if fixed:
-        return {draft.text for draft in drafts} if multilingual.embeds(fixed) else set()
-    languages = language.chunk_languages([draft.content for draft in drafts], language.document_language(text))
+    languages = [fixed] * len(drafts) if fixed else detected
     return {draft.text for draft, code in zip(drafts, languages, strict=True) if multilingual.embeds(code)}
 
 
