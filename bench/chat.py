@@ -83,7 +83,7 @@ def run_inner(answers: int) -> dict[str, Any]:
     import psutil
     from django.core.management import call_command
 
-    from kb.library.ingest import embedding
+    from kb.text import embedding
 
     call_command("migrate", interactive=False, verbosity=0)
     acl = json.loads((EVAL_DIR / "acl.json").read_text())

@@ -68,10 +68,11 @@ def inner(corpus: Path, runs: int) -> None:
     from django.core.management import call_command
     from django.db.models import Sum
 
-    from kb.library.ingest import chunking, classify, embedding, extract
+    from kb.library.ingest import chunking, extract
     from kb.library.ingest.batch import expand_paths, ingest_paths
     from kb.library.ingest.pipeline import STAGES
     from kb.library.models import Chunk, Document, Folder
+    from kb.text import classify, embedding
     from search.stats import lexeme_stats_refresh
 
     call_command("migrate", verbosity=0)

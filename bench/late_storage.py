@@ -67,7 +67,7 @@ class Chunk:
 
 
 def int8(vectors: np.ndarray) -> tuple[np.ndarray, int]:
-    from kb.library.ingest.pieces import pack, unpack
+    from kb.text.pieces import pack, unpack
 
     data = pack(vectors)
     return unpack(data, vectors.shape[1]), len(data)
@@ -163,8 +163,8 @@ def read_chunks(conninfo: dict[str, Any], database: str) -> list[Chunk]:
     import psycopg
     from django.conf import settings
 
-    from kb.library.ingest import embedding
-    from kb.library.ingest.pieces import unpack, unpack_ids
+    from kb.text import embedding
+    from kb.text.pieces import unpack, unpack_ids
     from search.stats import CHUNK_TOTAL_SQL, idf_sql
 
     reader = embedding.tokenizer()
@@ -207,7 +207,7 @@ def write_copy(conninfo: dict[str, Any], template: str, copy: str, option: str, 
     import psycopg
     from psycopg import sql
 
-    from kb.library.ingest.pieces import pack
+    from kb.text.pieces import pack
 
     with psycopg.connect(**conninfo, autocommit=True) as admin:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(copy)))
@@ -248,7 +248,7 @@ def late_ms(option: str, chunks: Sequence[Chunk], queries: Sequence[np.ndarray])
 
 def _decoder(option: str, chunks: Sequence[Chunk]) -> Callable[[Chunk], np.ndarray]:
     """A decoder of the option's real stored bytes (what the late stage would run), over pre-encoded chunks."""
-    from kb.library.ingest.pieces import pack, unpack
+    from kb.text.pieces import pack, unpack
 
     parts = option.split("+")
     dimensions = chunks[0].vectors.shape[1]
@@ -345,7 +345,7 @@ def run(sets: Sequence[Path], options: Sequence[str], out: Path) -> None:
     django.setup()
     from django.db import connection
 
-    from kb.library.ingest import embedding
+    from kb.text import embedding
     from lab.evaluation.runner import _server_params, git_commit
 
     conninfo = {k: v for k, v in _server_params(connection.settings_dict).items() if k != "dbname"}

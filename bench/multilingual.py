@@ -67,7 +67,7 @@ def _bytes_per_chunk(chunks: Any) -> dict[str, float]:
 
 def _query_times(user: Any, questions: list[str], *, multi: bool) -> tuple[list[float], list[float]]:
     """Whole-retrieval and embedding milliseconds per question (each question's vectors not cached)."""
-    from kb.library.ingest import embedding, multilingual
+    from kb.text import embedding, multilingual
     from search.retrieval import SearchOptions, hybrid_search
 
     embedding.embed_query.cache_clear()
@@ -114,7 +114,7 @@ def inner(corpus: Path, runs: int, queries: int, english: bool) -> None:
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
-    from kb.library.ingest import embedding, multilingual
+    from kb.text import embedding, multilingual
 
     call_command("migrate", verbosity=0)
     user = get_user_model().objects.create_user("bench")  # no password: it only searches

@@ -175,11 +175,11 @@ def inner(args: argparse.Namespace) -> None:
     from django.db import connection
 
     from accounts.acl import user_principals
-    from kb.library.ingest import embedding
     from kb.library.ingest.batch import ingest_paths
-    from kb.library.ingest.pieces import pack
     from kb.library.models import Chunk
     from kb.runtime.launcher import query_environment
+    from kb.text import embedding
+    from kb.text.pieces import pack
     from search.retrieval import SearchOptions
 
     call_command("migrate", verbosity=0)
@@ -234,7 +234,7 @@ def inner(args: argparse.Namespace) -> None:
 def measure_late(options: SearchOptions, principals: list[str], questions: list[str],
                  query_vectors: np.ndarray, runs: int) -> None:
     """The late-interaction stage alone on each query's top fused hits: read their stored vectors, score."""
-    from kb.library.ingest import embedding
+    from kb.text import embedding
     from search import late
     from search.retrieval import WORD, _candidates
 

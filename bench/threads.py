@@ -40,7 +40,7 @@ def encoder_loop() -> None:
 
     ensure_services()  # an entry point, like manage.py: the settings only read where the servers are
     django.setup()
-    from kb.library.ingest import embedding
+    from kb.text import embedding
 
     texts = [line.strip() * 6 for line in QUESTIONS.open()][:64]  # ~150-word-piece texts
     while True:
@@ -56,7 +56,7 @@ def query_times(count: int) -> None:
     django.setup()
     import torch
 
-    from kb.library.ingest import embedding
+    from kb.text import embedding
 
     questions = [json.loads(line)["query"] for line in QUESTIONS.open()][:count]
     for q in questions[:5]:

@@ -33,9 +33,9 @@ from chat.models import Citation, Judgement, Message
 from chat.selectors import is_withheld
 from chat.support import MARKER, claim_spans
 from kb.library.access import visible_documents
-from kb.library.ingest import embedding
-from kb.library.ingest.classify import classify_query
 from kb.library.models import Chunk, Document
+from kb.text import embedding
+from kb.text.classify import classify_query
 from search.retrieval import identifiers
 
 # The keys of each row, in the order ../shared/eval/README.md lists them.

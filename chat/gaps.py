@@ -30,8 +30,8 @@ from accounts.acl import EVERYONE, group_principal, is_active_user, user_princip
 from chat.models import Judgement, Message
 from chat.spreadsheet import csv_lines
 from kb.library.access import visible_documents
-from kb.library.ingest import embedding
 from kb.library.models import EMBEDDING_DIMENSIONS, Chunk, Document
+from kb.text import embedding
 
 PERMISSION = "chat.view_contentgaps"
 DAYS = 90  # the default window

@@ -10,8 +10,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kb.library.ingest.classify import CONCEPT, SCREEN
 from kb.library.models import passage_link
+from kb.text.classify import CONCEPT, SCREEN
 
 ROLE = """\
 You are the assistant of this company's internal knowledge base. You answer employees' \

@@ -22,8 +22,8 @@ from django.conf import settings
 
 from chat.prompts import Source
 from chat.support import stem, terms
-from kb.library.ingest import embedding
-from kb.library.ingest.pieces import read_binary, unpack, unpack_ids
+from kb.text import embedding
+from kb.text.pieces import read_binary, unpack, unpack_ids
 from search import late
 from search.retrieval import WORD
 
@@ -68,7 +68,7 @@ def _found(text: str, context: str, joined: dict[str, frozenset[str]]) -> frozen
 
 def stored_pieces(sources: Sequence[Source], texts: Sequence[str], numbers: Sequence[int]) -> list[np.ndarray | None]:
     """Each sentence's word-piece vectors cut from those stored for its source's chunks at ingest
-    (kb.library.ingest.pieces), found by its word-piece ids, so an answer encodes nothing but the question.
+    (kb.text.pieces), found by its word-piece ids, so an answer encodes nothing but the question.
     A sentence the units cleaned up (a table row's cells rejoined, markup dropped) is found piece by
     piece in order (`_aligned`). None where it is in no chunk: `score` encodes those on their own."""
     if not texts or not sources:

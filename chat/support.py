@@ -27,14 +27,14 @@ from collections.abc import Mapping
 # pydantic (the API schemas that send these) reads typing_extensions' TypedDict on Python 3.11, not typing's.
 from typing_extensions import TypedDict
 
-from kb.library.language import CJK, bigrams
-from kb.library.sentences import sentence_starts
+from kb.text.language import CJK, bigrams
+from kb.text.sentences import sentence_starts
 
 SUPPORT_SHARE = 0.6
 
 WORD = re.compile(r"[^\W_][\w'’.\-]*")  # any script's letters and digits
 MARKER = re.compile(r"\[(\d{1,3})\]")
-# A claim ends where a sentence ends (kb.library.sentences) or at a line break.
+# A claim ends where a sentence ends (kb.text.sentences) or at a line break.
 LINE_BREAKS = re.compile(r"\n+")
 LEADING_MARKERS = re.compile(r"((?:\s*\[\d{1,3}\])+)[.,;:]?\s*")  # used with match(): anchored at pos
 STOP = frozenset(
@@ -82,7 +82,7 @@ def exact_tokens(text: str) -> set[str]:
 
 
 def _cuts(text: str) -> list[tuple[int, int]]:
-    """(end of a sentence, start of the next) at every sentence end (kb.library.sentences: any script, not at
+    """(end of a sentence, start of the next) at every sentence end (kb.text.sentences: any script, not at
     abbreviations and ordinals) and every line break, in order."""
     ends = [(len(text[:start].rstrip()), start) for start in sentence_starts(text)]
     return sorted([*ends, *((m.start(), m.end()) for m in LINE_BREAKS.finditer(text))])

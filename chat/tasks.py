@@ -45,7 +45,7 @@ def _load_the_embedding_model(**_: Any) -> None:
     process would never use), so no question waits seconds for them on a process's first answer."""
     from kb import queues
     from kb.celery import app
-    from kb.library.ingest import embedding
+    from kb.text import embedding
 
     embedding.model()
     if queues.ANSWERS in app.amqp.queues.consume_from:  # the worker's --queues, which its pool processes inherit

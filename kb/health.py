@@ -92,7 +92,7 @@ check_celery = Reused(ping_celery, lambda: settings.KB_HEALTH_CELERY_CACHE_SECON
 
 
 def check_embedding() -> dict[str, Any]:
-    from kb.library.ingest import embedding
+    from kb.text import embedding
 
     dims = embedding.dimensions()
     if dims != settings.KB_EMBEDDING_DIMENSIONS:

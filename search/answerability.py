@@ -19,8 +19,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from kb.library import language
 from kb.library.access import staff_may
+from kb.text import language
 from search.models import AnswerabilityModel
 from search.stats import idf_sql, readable_languages, readable_ndoc_sql, readable_total_sql
 
@@ -47,7 +47,7 @@ class Signals:
     words no passage the asker may read uses (word_statistics). agreement: share of the dense
     top 10 that the lexical list also ranks in its top 10. screen: 1 for a where/which-field question.
     multilingual_nearest: cosine distance of the closest readable passage in the multilingual space
-    (kb.library.ingest.multilingual; 1.0 when the space is off), where a question and its answer in two
+    (kb.text.multilingual; 1.0 when the space is off), where a question and its answer in two
     languages, or in one MiniLM was not trained on, still meet.
     """
 

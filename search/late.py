@@ -20,9 +20,8 @@ import numpy as np
 from django.conf import settings
 from django.db import connection
 
-from kb.library import language
-from kb.library.ingest import embedding
-from kb.library.ingest.pieces import read_binary, unpack
+from kb.text import embedding, language
+from kb.text.pieces import read_binary, unpack
 from search.stats import CHUNK_TOTAL_SQL, idf_sql, readable_languages
 
 
@@ -34,7 +33,7 @@ def status() -> str:
 def word_weights(words: Sequence[str], configs: Sequence[str] | None = None) -> list[float]:
     """IDF of each word (its rarest lexeme); 0 for a stop word or punctuation. Each word is read with the
     text search configurations `configs` (by default those of the languages the words are detected in,
-    kb.library.language.question_configs) and weighs the most any of them gives it."""
+    kb.text.language.question_configs) and weighs the most any of them gives it."""
     if not words:
         return []
     if configs is None:
@@ -73,7 +72,7 @@ def query_weights(query: str, word_spans: Sequence[tuple[int, int]], idf: Sequen
 
 
 def chunk_vectors(chunks: Sequence[tuple[int, str]]) -> list[np.ndarray]:
-    """Word-piece vectors of each (chunk id, text): stored at ingest (kb.library.ingest.pieces), read in one query.
+    """Word-piece vectors of each (chunk id, text): stored at ingest (kb.text.pieces), read in one query.
 
     Only a chunk indexed before the stage existed (its document shows stale) has none; its text is
     encoded here until it is re-indexed.

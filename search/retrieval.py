@@ -27,16 +27,15 @@ from django.db import connections, transaction
 from django.db.models import Q
 
 from accounts.acl import user_principals
-from kb.library import language
-from kb.library.ingest import embedding, multilingual
-from kb.library.ingest.classify import SCREEN, classify_query
-from kb.library.ingest.multilingual import ENGLISH_SCALE
 from kb.library.models import Chunk, passage_link
+from kb.text import embedding, language, multilingual
+from kb.text.classify import SCREEN, classify_query
+from kb.text.multilingual import ENGLISH_SCALE
 from search import answerability, late, replica, rerank
 from search.stats import idf_sql, readable_languages, readable_ndoc_sql, readable_total_sql
 
 # A word of any script: letters and digits, with inner apostrophes, dots and hyphens (a CJK run, written
-# without spaces, is one "word" here; full-text search reads it as bigrams: kb.library.language).
+# without spaces, is one "word" here; full-text search reads it as bigrams: kb.text.language).
 WORD = re.compile(r"[^\W_][\w'’.-]*[^\W_]|[^\W_]")
 IDENTIFIER = re.compile(r"-{1,2}[A-Za-z][\w-]+|[A-Za-z0-9_][\w.:/-]*[\w]")
 LIKE_SPECIALS = str.maketrans({"%": r"\%", "_": r"\_", "\\": r"\\"})
@@ -70,7 +69,7 @@ class SearchOptions:
     identifiers: bool = True
     dense: bool = True
     multilingual: bool = field(default_factory=lambda: settings.KB_MULTILINGUAL)  # the e5 space's dense list
-    # The multilingual space's cosine distance d on MiniLM's scale: offset + scale * d (kb.library.ingest.multilingual
+    # The multilingual space's cosine distance d on MiniLM's scale: offset + scale * d (kb.text.multilingual
     # .ENGLISH_SCALE), so that `threshold` gates the passages of both spaces. A dense list whose nearest passage is
     # more than `multilingual_margin` (on that scale) farther than the other space's has nothing to say (_fuse_spaces).
     multilingual_offset: float = ENGLISH_SCALE[0]
@@ -187,7 +186,7 @@ def lexical_query(query: str) -> str:
 def lexical_configs(query: str, principals: list[str], readable: set[str] | None = None) -> list[tuple[str, str]]:
     """(text search configuration, the question's words as it reads them) for each language the question is
     matched in among those of the chunks `principals` may read (`readable`, when the caller has them:
-    kb.library.language.question_configs); [] when the question is in none of them: a cross-language question
+    kb.text.language.question_configs); [] when the question is in none of them: a cross-language question
     is the dense spaces' to answer."""
     words = lexical_query(query)
     if not words:
@@ -209,7 +208,7 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int, multi: bool = Fal
             FROM kb_chunk c WHERE {acl}{english}
             ORDER BY c.embedding <=> %(vector)s::vector LIMIT %(n)s
         ) d""" if dense else empty
-    # The same in the multilingual space (kb.library.ingest.multilingual): its own HNSW index; chunks indexed
+    # The same in the multilingual space (kb.text.multilingual): its own HNSW index; chunks indexed
     # before the space existed have no vector there and are not in this list.
     multi_sql = f"""
         SELECT id, row_number() OVER (ORDER BY distance, id) AS r FROM (

@@ -2,7 +2,7 @@
 
 `search_lexeme_stats` counts document frequencies over every chunk. Search reads the per-access-list
 counts instead (`search_acl_lexeme_stats`, `search_acl_chunk_totals`), per access list and per text
-search configuration (each chunk's language has its own: kb.library.language), summed over the access
+search configuration (each chunk's language has its own: kb.text.language), summed over the access
 lists a user's principals overlap (a word among the chunks of the configuration it is analysed with): the
 statistics behind a user's ranking and answer/refuse signals are those of the chunks they may read, and do
 not move when restricted documents come and go.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from django.db import connection, transaction
 
-from kb.library.language import DEFAULT
+from kb.text.language import DEFAULT
 
 # The chunk total, as an SQL expression: every row of the view carries it, so one row is read, not
 # an aggregate over the whole vocabulary (hundreds of thousands of lexemes on a large corpus).
@@ -35,7 +35,7 @@ def readable_ndoc_sql(*, word: str, principals: str, config: str | None = None) 
 
 def readable_languages(principals: list[str] | None) -> set[str]:
     """The languages of the chunks `principals` may read (of every chunk for None), as ISO 639-1 codes; a
-    chunk indexed before languages were detected counts as kb.library.language.DEFAULT, as it is read."""
+    chunk indexed before languages were detected counts as kb.text.language.DEFAULT, as it is read."""
     with connection.cursor() as cursor:
         if principals is None:
             cursor.execute("SELECT DISTINCT t.language FROM search_acl_chunk_totals t")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from chat import sentences as scoring
 from chat.prompts import Prompt
 from chat.support import terms
-from kb.library.sentences import split as split_sentences
+from kb.text.sentences import split as split_sentences
 
 MAX_CHARS = 450  # runners-up join while the answer stays under this (mean answer on ../shared/eval: ~380 characters)
 MAX_PICKS = 6  # the lead and the best-scored runners-up (each with the sentences it depends on)

@@ -173,7 +173,7 @@ class Document(models.Model):
     worker = models.CharField(max_length=255, blank=True, default="")
     audience_default = models.CharField(max_length=16, choices=Audience.choices, default=Audience.AUTO, blank=True)
 
-    # The text's language (ISO 639-1), detected at ingest (kb.library.language) unless an admin set it
+    # The text's language (ISO 639-1), detected at ingest (kb.text.language) unless an admin set it
     # (`language_fixed`), which re-indexing keeps. Full-text search reads each chunk in its own (Chunk.language).
     language = models.CharField(max_length=8, blank=True, db_index=True, help_text="ISO 639-1 code, e.g. en, de, pl, zh")
     language_detected = models.CharField(max_length=8, blank=True, help_text="What detection found at the last indexing")
@@ -190,9 +190,9 @@ class Document(models.Model):
     pipeline_version = models.PositiveIntegerField(null=True, blank=True)
     embedding_model = models.CharField(max_length=200, blank=True)
     embedding_dimensions = models.PositiveIntegerField(null=True, blank=True)
-    late_version = models.PositiveIntegerField(null=True, blank=True, help_text="kb.library.ingest.pieces.LATE_VERSION")
+    late_version = models.PositiveIntegerField(null=True, blank=True, help_text="kb.text.pieces.LATE_VERSION")
     multilingual_model = models.CharField(
-        max_length=200, blank=True, default="", help_text="kb.library.ingest.multilingual.model_name(): empty, none"
+        max_length=200, blank=True, default="", help_text="kb.text.multilingual.model_name(): empty, none"
     )
     # While embedding: chunks embedded so far out of the total, for live progress in the library.
     progress_done = models.PositiveIntegerField(default=0)
@@ -274,17 +274,17 @@ class Chunk(models.Model):
     split_group = models.CharField(max_length=40, blank=True)
     tokens = models.PositiveIntegerField()
     embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS)
-    # The text in the multilingual space (kb.library.ingest.multilingual: multilingual-e5-small), where a
+    # The text in the multilingual space (kb.text.multilingual: multilingual-e5-small), where a
     # question in one language finds passages in another; null for chunks indexed before the space existed.
     multilingual_embedding = VectorField(dimensions=MULTILINGUAL_DIMENSIONS, null=True, editable=False)
-    # The text's word-piece vectors for late interaction (kb.library.ingest.pieces), written with the
+    # The text's word-piece vectors for late interaction (kb.text.pieces), written with the
     # embedding; read only for the top hits of a query, by primary key.
     late_vectors = models.BinaryField(null=True, editable=False)
-    # The word-piece ids of late_vectors' rows (kb.library.ingest.pieces.pack_ids); empty for chunks indexed before them.
+    # The word-piece ids of late_vectors' rows (kb.text.pieces.pack_ids); empty for chunks indexed before them.
     piece_ids = models.BinaryField(null=True, editable=False)
     # The chunk's language (its document's unless the chunk is confidently in another), the text search
     # configuration that reads it, and the text as that configuration reads it where it is not `text`
-    # (kb.library.language.analysed: accents folded, CJK bigrams).
+    # (kb.text.language.analysed: accents folded, CJK bigrams).
     language = models.CharField(max_length=8, blank=True)
     search_config = RegConfigField(default="english")
     search_text = models.TextField(blank=True, default="")

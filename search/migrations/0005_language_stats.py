@@ -1,7 +1,7 @@
 """The per-access-list statistics again, now per text search configuration too (kb 0014): a word's document
 frequency is counted among the chunks read with the configuration the question's word is analysed with (a
 lexeme of one language's stemmer means nothing in another's), and the chunk totals per language, from which a
-search reads which languages the asker's chunks are in (search.retrieval, kb.library.language). Every chunk has
+search reads which languages the asker's chunks are in (search.retrieval, kb.text.language). Every chunk has
 one access list and one language, so the sum over the rows whose list overlaps a user's principals is still
 the number of chunks they may read. The total stays the whole readable corpus's: a language of a few chunks
 would otherwise have every word it uses counted as too common to select candidates."""

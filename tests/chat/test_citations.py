@@ -9,7 +9,7 @@ import pytest
 
 from chat.citations import CitationFilter, render_html
 from chat.prompts import Source, build_prompt
-from kb.library.ingest.classify import CONCEPT, SCREEN
+from kb.text.classify import CONCEPT, SCREEN
 
 
 def streamed(pieces: list[str], k: int) -> tuple[list[str], CitationFilter]:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from chat.backends.extractive import HOW_TO, ExtractiveBackend, sentences, units
 from chat.prompts import Source, build_prompt
-from kb.library.ingest.classify import CONCEPT, SCREEN
+from kb.text.classify import CONCEPT, SCREEN
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.django_db
@@ -265,7 +265,7 @@ def ingested_source(text: str, name: str) -> tuple[Any, Source]:
 
 def encodings(monkeypatch: Any) -> list[str]:
     """Every text the embedding model is asked to encode into word-piece vectors from now on."""
-    from kb.library.ingest import embedding
+    from kb.text import embedding
 
     encoded: list[str] = []
     real = embedding.token_vectors
@@ -283,8 +283,8 @@ def test_sentences_are_scored_with_their_chunks_stored_vectors_not_encoded_again
     pieces (the ingest pass's contextual vectors). A table row rejoined with dashes, or a sentence whose
     markup was cleaned out, is found piece by piece in order; a sentence in no chunk is encoded."""
     from chat import sentences as scoring
-    from kb.library.ingest import embedding
-    from kb.library.ingest.pieces import unpack
+    from kb.text import embedding
+    from kb.text.pieces import unpack
 
     chunk, src = ingested_source(GUIDE, "export-guide.md")
     parts = units(1, src.text)
@@ -320,9 +320,9 @@ def test_sentences_are_found_by_the_piece_ids_stored_at_ingest_and_older_chunks_
     """The chunk's word-piece ids come from the ingest pass, so an answer tokenizes only its sentences;
     a chunk indexed before the ids were stored has its text tokenized, with the same result."""
     from chat import sentences as scoring
-    from kb.library.ingest import embedding
-    from kb.library.ingest.pieces import unpack_ids
     from kb.library.models import Chunk
+    from kb.text import embedding
+    from kb.text.pieces import unpack_ids
 
     chunk, src = ingested_source(GUIDE, "export-guide.md")
     assert [unpack_ids(chunk.piece_ids)] == embedding.piece_ids([chunk.text])
@@ -348,9 +348,9 @@ def test_a_code_block_longer_than_a_chunk_is_scored_with_the_stored_vectors_of_e
     """A long code block is cut over several chunks, so it is a run of no single chunk; it used to be
     encoded on the spot (~60 ms a block here). Its vectors are now the stored runs, chunk after chunk."""
     from chat import sentences as scoring
-    from kb.library.ingest import embedding
-    from kb.library.ingest.pieces import unpack, unpack_ids
     from kb.library.models import Chunk
+    from kb.text import embedding
+    from kb.text.pieces import unpack, unpack_ids
     from tests.factories import ingested_document
 
     lines = [f"<string>-Drefine.o{n}=x{n * 7}</string>" for n in range(40)]  # ~0.5 word pieces a character

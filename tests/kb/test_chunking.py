@@ -13,7 +13,7 @@ import pytest
 
 from kb.library.ingest.chunking import MAX_TOKENS, MIN_TOKENS, OVERLAP_TOKENS, Draft, format_header, split
 from kb.library.ingest.extract import MARKDOWN, Extracted, Heading, Page, detect_mime, extract
-from kb.library.ingest.tokens import WINDOW, PieceIndex, count_tokens
+from kb.text.tokens import WINDOW, PieceIndex, count_tokens
 
 # The demo evaluation set ships in the repository, so these tests always run.
 EVAL = Path(__file__).resolve().parents[2] / "demo" / "eval"
@@ -392,7 +392,7 @@ def test_one_tokenization_per_segment_counts_every_span_like_the_tokenizer() -> 
     index = PieceIndex(text, 0, len(text))
     # Every piece boundary (between words, and between two pieces of one word) and some
     # offsets inside pieces; spans between them, sampled.
-    from kb.library.ingest.embedding import tokenizer
+    from kb.text.embedding import tokenizer
 
     offsets = tokenizer().encode(text, add_special_tokens=False).offsets
     bounds = sorted({0, len(text), *(a for a, _ in offsets), *(b for _, b in offsets), *range(1, len(text), 13)})

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from kb.library.ingest.classify import CONCEPT, SCREEN, classify_chunk, classify_query
+from kb.text.classify import CONCEPT, SCREEN, classify_chunk, classify_query
 from tests.conftest import SHARED_EVAL
 
 QUESTIONS = SHARED_EVAL / "questions.jsonl"

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kb.library.ingest import embedding
+from kb.text import embedding
 
 
 def test_a_question_is_encoded_once_for_retrieval_and_its_answer(monkeypatch: Any) -> None:

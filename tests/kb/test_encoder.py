@@ -1,7 +1,7 @@
 """Our encoder (plain PyTorch and `tokenizers`) gives sentence-transformers' vectors bit for bit.
 
 Indexes built with either must stay comparable, and `evaluate --answers` must not move: every function of
-kb.library.ingest.embedding is compared with what sentence-transformers computes for the same texts
+kb.text.embedding is compared with what sentence-transformers computes for the same texts
 (passages of the demo corpus in several batches, a text past the model's window, non-Latin text, an empty
 one), in fp32 and under bf16 autocast, and the traced question encoder with transformers' own traced.
 """
@@ -18,8 +18,8 @@ import pytest
 import torch
 from django.test import override_settings
 
-from kb.library.ingest import embedding
-from kb.library.ingest.encoder import Encoder
+from kb.text import embedding
+from kb.text.encoder import Encoder
 
 CORPUS = Path(__file__).resolve().parents[2] / "demo" / "corpus"
 

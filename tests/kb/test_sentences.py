@@ -1,4 +1,4 @@
-"""One sentence splitter for every script (kb.library.sentences): CJK full stops without a space, German and
+"""One sentence splitter for every script (kb.text.sentences): CJK full stops without a space, German and
 Polish abbreviations and ordinals, and the chunker cutting an over-long section at those sentence ends."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from kb.library.ingest import chunking
 from kb.library.ingest.extract import Extracted
-from kb.library.sentences import split
+from kb.text.sentences import split
 
 
 @pytest.mark.parametrize(("text", "sentences"), [

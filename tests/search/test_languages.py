@@ -1,4 +1,4 @@
-"""Full-text search in each chunk's language (kb.library.language): German stemmed by PostgreSQL's `german`,
+"""Full-text search in each chunk's language (kb.text.language): German stemmed by PostgreSQL's `german`,
 Polish folded and stemmed over `simple`, Chinese as character bigrams; the question read in its own language,
 and a question in a language no readable chunk is in left to the dense spaces. Real pipeline, real PostgreSQL."""
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from kb.library import language
 from kb.library.models import Chunk, Document
+from kb.text import language
 from search import answerability
 from search.retrieval import SearchOptions, hybrid_search, lexical_configs
 from tests.factories import ingested_document

@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kb.library.ingest import embedding
-from kb.library.ingest.pieces import pack, unpack
 from kb.library.ingest.pipeline import ingest
 from kb.library.models import Chunk, Document
 from kb.library.selectors import documents_stale
+from kb.text import embedding
+from kb.text.pieces import pack, unpack
 from search import late
 from search.retrieval import WORD, SearchOptions, hybrid_search
 from search.stats import gin_indexes, lexeme_stats_refresh
@@ -118,7 +118,7 @@ def test_binary_reads_raise_djangos_database_errors_as_djangos_own_cursors_do() 
     exception would escape it as a 500 page."""
     import django.db
 
-    from kb.library.ingest.pieces import read_binary
+    from kb.text.pieces import read_binary
 
     with pytest.raises(django.db.ProgrammingError):
         read_binary("SELECT late_vectors FROM no_such_table WHERE id = ANY(%s)", [[1]])

@@ -1,4 +1,4 @@
-"""The multilingual space (kb.library.ingest.multilingual): a question in one language finds a passage in another,
+"""The multilingual space (kb.text.multilingual): a question in one language finds a passage in another,
 through the real pipeline, the real multilingual-e5-small and PostgreSQL, inside the permission filter."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kb.library.ingest import multilingual
 from kb.library.ingest.pipeline import ingest
 from kb.library.ingest.version import current_index_version
 from kb.library.models import Chunk, Document
 from kb.library.selectors import document_is_stale, documents_stale
+from kb.text import multilingual
 from search.retrieval import SearchOptions, hybrid_search
 from tests.factories import ingested_document
 

@@ -22,7 +22,7 @@ def cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch
     from sentence_transformers import CrossEncoder
 
-    from kb.library.ingest.embedding import model_path
+    from kb.text.embedding import model_path
 
     torch.manual_seed(0)  # the classification head is new: make it the same every run
     model = CrossEncoder(str(model_path()), num_labels=1, device="cpu")

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from kb.library.ingest.extract import Extracted, Heading
 from kb.library.ingest.formats.pages import CONTINUES
 from kb.library.ingest.formats.text import FRONT_MATTER
-from kb.library.ingest.tokens import WINDOW, PieceIndex, count_tokens
-from kb.library.sentences import sentence_starts
+from kb.text.sentences import sentence_starts
+from kb.text.tokens import WINDOW, PieceIndex, count_tokens
 
 PIPELINE_VERSION: int = 2  # 2: a chunk may cross a PDF page break where the text runs on
 
@@ -391,7 +391,7 @@ class _Cutter:
     def _sentence_starts(self, start: int, end: int) -> list[int]:
         chunk = self.text[start:end]
         out = [start + m.end() for m in _PARAGRAPH_BREAK.finditer(chunk)]
-        out += [start + s for s in sentence_starts(chunk)]  # any script's (kb.library.sentences)
+        out += [start + s for s in sentence_starts(chunk)]  # any script's (kb.text.sentences)
         out += [start + m.end() for m in _ITEM_START.finditer(chunk)]
         return sorted(set(out))
 

@@ -9,13 +9,13 @@ from django.db import transaction
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
-from kb.library import language
 from kb.library.ingest import headings as located_headings
 from kb.library.ingest.chunking import Draft
 from kb.library.ingest.extract import Extracted, Heading
-from kb.library.ingest.pieces import pack, pack_ids
 from kb.library.ingest.version import current_index_version
 from kb.library.models import Chunk, Document
+from kb.text import language
+from kb.text.pieces import pack, pack_ids
 
 
 class Superseded(Exception):
@@ -42,7 +42,7 @@ def replace_chunks(
     """Readers see either all the old chunks or all the new ones, never a mix or neither.
 
     `multilingual` holds each chunk's vector in the multilingual space (None: the space is off); `detected` and
-    `chunks_detected` are the languages detection found for the text and for each chunk (kb.library.language).
+    `chunks_detected` are the languages detection found for the text and for each chunk (kb.text.language).
     `headings` are the viewer's (kb.library.ingest.headings.locate), stored with the text they point into.
     The new chunks bring their version's audience (`pending_acl`) with them, in the same
     transaction. Raises Superseded, writing nothing, when the document was uploaded again

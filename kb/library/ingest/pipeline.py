@@ -19,13 +19,13 @@ from django.conf import settings
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from kb.library import language
 from kb.library.events import publish_document_status
-from kb.library.ingest import bounded, chunking, classify, embedding, extract, headings, indexing, multilingual
-from kb.library.ingest import pieces as pieces_format
-from kb.library.ingest.tokens import counting_time
+from kb.library.ingest import bounded, chunking, extract, headings, indexing
 from kb.library.ingest.version import current_index_version
 from kb.library.models import Chunk, Document, filename_title
+from kb.text import classify, embedding, language, multilingual
+from kb.text import pieces as pieces_format
+from kb.text.tokens import counting_time
 
 log = logging.getLogger(__name__)
 
@@ -185,8 +185,8 @@ class _Stopwatch:
 
 
 def _multilingual_texts(document: Document, drafts: list[chunking.Draft], detected: Sequence[str]) -> set[str]:
-    """The chunk texts the multilingual space embeds (kb.library.ingest.multilingual.embeds): by each chunk's
-    language as indexing will store it (the admin's correction, else `detected`; kb.library.language)."""
+    """The chunk texts the multilingual space embeds (kb.text.multilingual.embeds): by each chunk's
+    language as indexing will store it (the admin's correction, else `detected`; kb.text.language)."""
     if not multilingual.enabled():
         return set()
     fixed = document.language if document.language_fixed and document.language else ""

@@ -12,8 +12,8 @@ from django.conf import settings
 
 from kb.library.ingest.chunking import PIPELINE_VERSION
 from kb.library.ingest.extract import EXTRACTOR_VERSION
-from kb.library.ingest.multilingual import model_name as multilingual_model_name
-from kb.library.ingest.pieces import LATE_VERSION
+from kb.text.multilingual import model_name as multilingual_model_name
+from kb.text.pieces import LATE_VERSION
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='document',
             name='late_version',
-            field=models.PositiveIntegerField(blank=True, help_text='kb.library.ingest.pieces.LATE_VERSION', null=True),
+            field=models.PositiveIntegerField(blank=True, help_text='kb.text.pieces.LATE_VERSION', null=True),
         ),
         # Quantized vectors barely compress; out of line and uncompressed, a query's read of
         # twenty rows costs no decompression.

@@ -15,7 +15,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='document',
             name='multilingual_model',
-            field=models.CharField(blank=True, default='', help_text='kb.library.ingest.multilingual.model_name(): empty, none', max_length=200),
+            field=models.CharField(blank=True, default='', help_text='kb.text.multilingual.model_name(): empty, none', max_length=200),
         ),
         migrations.AddField(
             model_name='chunk',

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from kb.library.ingest.embedding import tokenizer
+from kb.text.embedding import tokenizer
 
 WINDOW = 256  # the model's max_seq_length, [CLS] and [SEP] included
 

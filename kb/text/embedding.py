@@ -2,7 +2,7 @@
 
 It runs as sentence-transformers would run it (the model folder's modules: the transformer, mean pooling,
 normalisation; texts batched longest first, as many pieces as the model reads), with the network in plain
-PyTorch (kb.library.ingest.encoder) and the word pieces from `tokenizers`: the same vectors, bit for bit,
+PyTorch (kb.text.encoder) and the word pieces from `tokenizers`: the same vectors, bit for bit,
 without sentence-transformers' ~5 s of imports in every process that embeds.
 """
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import torch
     from tokenizers import Tokenizer
 
-    from kb.library.ingest.encoder import Encoder
+    from kb.text.encoder import Encoder
 
 BATCH_SIZE = 32
 # bf16 pays off on batches of passages (ingest); on a few short texts its casts cost more than they save
@@ -39,7 +39,7 @@ def model_path() -> Path:
 
 @functools.cache
 def model() -> Encoder:
-    from kb.library.ingest.encoder import Encoder
+    from kb.text.encoder import Encoder
 
     return Encoder.load(model_path())
 
