@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.http import HttpRequest
+from django.utils.translation import gettext
 from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import Field
@@ -276,7 +277,7 @@ def _review_brief(review: ReviewView, judged: dict[int, list[dict[str, Any]]]) -
 
 def _require_reviewer(request: HttpRequest) -> None:
     if not selectors.is_reviewer(request.user):
-        raise HttpError(404, "no such page")  # support's pages do not exist for anyone else
+        raise HttpError(404, gettext("no such page"))  # support's pages do not exist for anyone else
 
 
 SURFACE_HEADER = "X-Review-Surface"  # the review desk's script sends "page", for the access log
@@ -312,7 +313,7 @@ def conversation(request: HttpRequest, conversation_id: int, page: Query[Message
 
 def _conversation_out(found: Conversation | None, *, viewer: Any, page: MessagesPage, review: bool) -> dict[str, Any]:
     if found is None:
-        raise HttpError(404, "no such conversation")
+        raise HttpError(404, gettext("no such conversation"))
     shown: MessagePage = (
         selectors.review_conversation_page(found, viewer=viewer, before=page.before, limit=page.limit) if review
         else selectors.conversation_page(found, viewer=viewer, before=page.before, limit=page.limit))
@@ -379,7 +380,7 @@ def review_answer(request: HttpRequest, message_id: int) -> dict[str, Any]:
     _require_reviewer(request)
     answer = selectors.review_answer(message_id)
     if answer is None:
-        raise HttpError(404, "no such answer")
+        raise HttpError(404, gettext("no such answer"))
     review = selectors.review_views([answer], viewer=request.user, surface=_surface(request))[0]
     return _review(review, _judgements([review.answer], viewer=request.user, everyone=True))
 
@@ -389,7 +390,7 @@ def review_feedback(request: HttpRequest, message_id: int, payload: FeedbackIn) 
     _require_reviewer(request)
     answer = Message.objects.filter(pk=message_id, role=Message.Role.ASSISTANT).first()
     if answer is None:
-        raise HttpError(404, "no such answer")
+        raise HttpError(404, gettext("no such answer"))
     created = services.feedback_add(reviewer=request.user, message=answer, kind=payload.kind,
                                     citation_number=payload.citation, note=payload.note)
     return Status(201, _feedback(FeedbackView(created, created.note)))

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
+from django.utils.translation import gettext
 from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 from pydantic import Field
@@ -87,7 +88,7 @@ class GapsOut(Schema):
 
 def _report(request: HttpRequest, days: int) -> gaps.Gaps:
     if not gaps.may_view_gaps(request.user):
-        raise HttpError(404, "no such page")  # as support's pages: they do not exist for anyone else
+        raise HttpError(404, gettext("no such page"))  # as support's pages: they do not exist for anyone else
     return gaps.gaps(viewer=request.user, since=timezone.now() - timedelta(days=days))
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.http.multipartparser import MultiPartParserError
+from django.utils.translation import gettext
 from ninja import NinjaAPI, Schema
 
 from accounts.api import api_auth
@@ -94,7 +95,8 @@ def _database_unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
 def _unreadable_form(request: HttpRequest, exc: Exception) -> HttpResponse:
     """Django refuses the whole form (a part's headers over 1 KB: a file name of about 900
     characters); say so rather than answer a bare 400 page."""
-    return api.create_response(request, {"detail": f"the upload form could not be read: {exc}"}, status=400)
+    detail = gettext("the upload form could not be read: %(reason)s") % {"reason": exc}
+    return api.create_response(request, {"detail": detail}, status=400)
 
 
 class MeOut(Schema):

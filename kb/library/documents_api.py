@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from django.http import Http404, HttpRequest
+from django.utils.translation import gettext
 from ninja import File, Form, Query, Router, Schema, Status
 from ninja.errors import HttpError
 from ninja.files import UploadedFile
@@ -213,9 +214,9 @@ def _allow(request: HttpRequest, permission: str, obj: Document | Folder | None 
     if not (is_active_user(user) and user.is_staff):
         raise Http404("Not Found")
     if not staff_may(user, permission):
-        raise HttpError(403, f"You need the {permission} permission for this.")
+        raise HttpError(403, gettext("You need the %(permission)s permission for this.") % {"permission": permission})
     if obj is not None and not staff_may(user, permission, obj):
-        raise HttpError(403, "You may not change what you may not read.")
+        raise HttpError(403, gettext("You may not change what you may not read."))
 
 
 def _document_to_change(request: HttpRequest, pk: int, permission: str) -> Document:
@@ -297,8 +298,8 @@ def _refuse_unknown_fields(request: HttpRequest) -> None:
     known = {*UploadForm.model_fields, "files"}
     unknown = sorted({*request.POST, *request.FILES} - known)
     if unknown:
-        raise HttpError(422, f"unknown form field(s) {', '.join(map(repr, unknown))}; "
-                             f"the upload takes {', '.join(sorted(known))}")
+        raise HttpError(422, gettext("unknown form field(s) %(unknown)s; the upload takes %(known)s")
+                        % {"unknown": ", ".join(map(repr, unknown)), "known": ", ".join(sorted(known))})
 
 
 # --------------------------------------------------------------------------- documents
@@ -346,7 +347,7 @@ def document_upload_many(
     _refuse_unknown_fields(request)
     if form.folder and not any(row["id"] == int(form.folder) for row in library_folders(user=request.user)):
         # A folder they would not see listed is refused as a missing one (kb.library.forms.upload_target_of).
-        raise HttpError(400, f"Folder {form.folder} does not exist (any more); reload the folder list.")
+        raise HttpError(400, gettext("Folder %(id)s does not exist (any more); reload the folder list.") % {"id": form.folder})
     target = upload_target_of(folder_id=form.folder, access=form.access, group_ids=form.groups, user_ids=form.users)
     if target.folder is not None:
         _allow(request, "kb.add_document", target.folder)
@@ -408,9 +409,9 @@ def document_access(request: HttpRequest, pk: int, payload: AccessIn) -> dict[st
     document = _document_to_change(request, pk, "kb.change_document")
     groups, users = readers_of(group_ids=payload.groups, user_ids=payload.users)
     if payload.inherit and document.folder_id is None:
-        raise HttpError(400, "The document is in no folder, so it has no folder access to inherit.")
+        raise HttpError(400, gettext("The document is in no folder, so it has no folder access to inherit."))
     if not (payload.inherit or payload.public or groups or users):
-        raise HttpError(400, "Choose inherit, public, or at least one group or person who may read the document.")
+        raise HttpError(400, gettext("Choose inherit, public, or at least one group or person who may read the document."))
     document_set_access(document=document, inherit=payload.inherit, public=payload.public, groups=groups, users=users)
     return _fresh(document, request.user)
 

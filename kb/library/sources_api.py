@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from django.db.models import Count, QuerySet
 from django.http import Http404, HttpRequest
+from django.utils.translation import gettext
 from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import Field
@@ -171,7 +172,7 @@ def _allow(request: HttpRequest, permission: str) -> None:
     if not (is_active_user(user) and user.is_staff):
         raise Http404("Not Found")
     if not staff_may(user, permission):
-        raise HttpError(403, f"You need the {permission} permission for this.")
+        raise HttpError(403, gettext("You need the %(permission)s permission for this.") % {"permission": permission})
 
 
 def _readable(request: HttpRequest) -> QuerySet[Source]:
@@ -293,7 +294,7 @@ def source_edit(request: HttpRequest, pk: int, payload: SourceChangeIn) -> dict[
         changes["every"] = _every(changes["every"])
     for field in ("name", "location", "branch", "path", "include", "exclude", "shrink_guard"):
         if field in changes and changes[field] is None:
-            raise HttpError(400, f"{field}: give a value, or leave the field out to keep it")
+            raise HttpError(400, gettext("%(field)s: give a value, or leave the field out to keep it") % {"field": field})
     source_change(source=source, **changes)
     return _fresh(request, source)
 
@@ -317,5 +318,5 @@ def source_sync_now(request: HttpRequest, pk: int, filters: Query[SyncFilter]) -
 
     source = _source(request, pk, "kb.change_source")
     if not queues.send(sync_source, source.pk, filters.confirm):
-        raise HttpError(503, "The task queue is out of reach; try again in a moment.")
+        raise HttpError(503, gettext("The task queue is out of reach; try again in a moment."))
     return Status(202, _out(source))

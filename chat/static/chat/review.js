@@ -5,21 +5,26 @@
   var list = document.getElementById("review-list");
   if (!list) return;
   var flaggedOnly = list.getAttribute("data-filter") === "flagged";
-  var KINDS = [["wrong_source", "Wrong source"], ["unsupported", "Unsupported claim"], ["outdated", "Outdated"]];
+  var gettext = window.gettext, interpolate = window.interpolate;
+  function fmt(text, values) { return interpolate(text, values, true); }
+  var lang = document.documentElement.lang || undefined;
+  var KINDS = [["wrong_source", gettext("Wrong source")], ["unsupported", gettext("Unsupported claim")], ["outdated", gettext("Outdated")]];
   var KIND_LABEL = {};
   KINDS.forEach(function (k) { KIND_LABEL[k[0]] = k[1]; });
 
   var el = window.KB.el, csrf = window.KB.csrf, safeLink = window.KB.safeLink;
 
   function when(iso) {
-    return new Date(iso).toLocaleString([], { dateStyle: "medium", timeStyle: "short" });
+    return new Date(iso).toLocaleString(lang, { dateStyle: "medium", timeStyle: "short" });
   }
 
   function flagItem(flag) {
     var li = el("li", "flag");
     li.appendChild(el("span", "flag-kind", KIND_LABEL[flag.kind] || flag.kind));
-    li.appendChild(document.createTextNode(
-      (flag.citation ? " on [" + flag.citation + "]" : " on the answer") + " by " + (flag.reviewer || "a former reviewer") + ", " + when(flag.created_at)));
+    var values = { citation: flag.citation, reviewer: flag.reviewer || gettext("a former reviewer"), when: when(flag.created_at) };
+    li.appendChild(document.createTextNode(" " + (flag.citation
+      ? fmt(gettext("on [%(citation)s] by %(reviewer)s, %(when)s"), values)
+      : fmt(gettext("on the answer by %(reviewer)s, %(when)s"), values))));
     if (flag.note) li.appendChild(el("span", "flag-note", flag.note));
     return li;
   }
@@ -28,7 +33,7 @@
     var id = "flag-" + answer.id + "-" + citation.number;
     var form = el("form", "flag-form");
     form.noValidate = true;
-    var kindLabel = el("label", "", "Flag [" + citation.number + "] as");
+    var kindLabel = el("label", "", fmt(gettext("Flag [%(number)s] as"), { number: citation.number }));
     kindLabel.htmlFor = id + "-kind";
     var select = el("select");
     select.id = id + "-kind";
@@ -38,14 +43,14 @@
       option.value = k[0];
       select.appendChild(option);
     });
-    var noteLabel = el("label", "", "Note for [" + citation.number + "]");
+    var noteLabel = el("label", "", fmt(gettext("Note for [%(number)s]"), { number: citation.number }));
     noteLabel.htmlFor = id + "-note";
     var note = el("textarea");
     note.id = id + "-note";
     note.name = "note";
     note.maxLength = 4000;
-    note.placeholder = "What is wrong, and what the right source would be";
-    var button = el("button", "btn btn-small", "Flag citation");
+    note.placeholder = gettext("What is wrong, and what the right source would be");
+    var button = el("button", "btn btn-small", gettext("Flag citation"));
     button.type = "submit";
     var result = el("p", "");
     result.setAttribute("role", "status");
@@ -59,7 +64,7 @@
       event.preventDefault();
       button.disabled = true;
       result.className = "";
-      result.textContent = "Saving…";
+      result.textContent = gettext("Saving…");
       fetch("/api/review/answers/" + answer.id + "/feedback", {
         method: "POST",
         credentials: "same-origin",
@@ -72,18 +77,22 @@
         });
       }).then(function (flag) {
         result.className = "flag-done";
-        result.textContent = "Flagged. It is listed under Flagged.";
+        result.textContent = gettext("Flagged. It is listed under Flagged.");
         note.value = "";
         flagsList.appendChild(flagItem(flag));
         var status = item.querySelector(".review-status");
-        if (status) { status.textContent = "Flagged"; status.classList.add("flagged"); }
+        if (status) { status.textContent = gettext("Flagged"); status.classList.add("flagged"); }
       }).catch(function (error) {
         result.className = "flag-err";
-        result.textContent = "Could not save the flag: " + error.message;
+        result.textContent = fmt(gettext("Could not save the flag: %(reason)s"), { reason: error.message });
       }).then(function () { button.disabled = false; });
     });
     return form;
   }
+
+  var CLAIM_LABEL = { confirmed: gettext("confirmed"), dismissed: gettext("dismissed") };
+  var STATUS_LABEL = { pending: gettext("pending"), running: gettext("running"), done: gettext("done"),
+                       refused: gettext("refused"), failed: gettext("failed") };
 
   /* Sentences the citation check found unsupported by their quotes: a reviewer confirms or dismisses each. */
   function claimList(answer) {
@@ -92,12 +101,13 @@
       var li = el("li", "unsupported-claim");
       li.setAttribute("data-verdict", claim.verdict);
       li.appendChild(el("q", "", claim.sentence));
-      li.appendChild(el("small", "unsupported-note", " not found in source " +
-        claim.numbers.map(function (n) { return "[" + n + "]"; }).join(" ") +
-        (claim.missing.length ? " (missing: " + claim.missing.join(", ") + ")" : "")));
-      var verdict = el("span", "claim-verdict muted", claim.verdict === "open" ? "" : " " + claim.verdict);
+      var sources = claim.numbers.map(function (n) { return "[" + n + "]"; }).join(" ");
+      li.appendChild(el("small", "unsupported-note", " " + (claim.missing.length
+        ? fmt(gettext("not found in source %(sources)s (missing: %(missing)s)"), { sources: sources, missing: claim.missing.join(", ") })
+        : fmt(gettext("not found in source %(sources)s"), { sources: sources }))));
+      var verdict = el("span", "claim-verdict muted", claim.verdict === "open" ? "" : " " + (CLAIM_LABEL[claim.verdict] || claim.verdict));
       li.appendChild(verdict);
-      [["confirmed", "Confirm"], ["dismissed", "Dismiss"]].forEach(function (choice) {
+      [["confirmed", gettext("Confirm")], ["dismissed", gettext("Dismiss")]].forEach(function (choice) {
         var button = el("button", "claim-" + choice[0], choice[1]);
         button.type = "button";
         button.addEventListener("click", function () {
@@ -106,9 +116,9 @@
             headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf() },
             body: JSON.stringify({ verdict: choice[0] })
           }).then(function (response) {
-            if (!response.ok) throw new Error("Could not save (" + response.status + ")");
+            if (!response.ok) throw new Error(fmt(gettext("Could not save (%(status)s)"), { status: response.status }));
             li.setAttribute("data-verdict", choice[0]);
-            verdict.textContent = " " + choice[0];
+            verdict.textContent = " " + CLAIM_LABEL[choice[0]];
           }).catch(function (error) { verdict.textContent = " " + error.message; });
         });
         li.appendChild(button);
@@ -122,18 +132,18 @@
     var item = el("article", "review-item");
     item.setAttribute("data-message", String(answer.id));
     var head = el("header", "review-head");
-    var title = el("h2", "review-question", answer.question || "(no question)");
+    var title = el("h2", "review-question", answer.question || gettext("(no question)"));
     head.appendChild(title);
     var meta = el("p", "review-meta muted");
     var status = el("span", "review-status" + (answer.feedback.length ? " flagged" : ""),
-      answer.feedback.length ? "Flagged" : answer.status);
+      answer.feedback.length ? gettext("Flagged") : STATUS_LABEL[answer.status] || answer.status);
     meta.appendChild(status);
-    meta.appendChild(document.createTextNode(" asked by " + answer.owner + " · " + when(answer.created_at) +
-      (answer.backend ? " · " + answer.backend : "")));
+    meta.appendChild(document.createTextNode(" " + fmt(gettext("asked by %(owner)s"), { owner: answer.owner }) + " · " +
+      when(answer.created_at) + (answer.backend ? " · " + answer.backend : "")));
     head.appendChild(meta);
     if (answer.review_grants && answer.review_grants.length) {
-      head.appendChild(el("p", "review-granted muted", "Shown through your review grant (" + answer.review_grants.join(", ") +
-        "); each read is written to the access log."));
+      head.appendChild(el("p", "review-granted muted", fmt(gettext("Shown through your review grant (%(grants)s); each read is written to the access log."),
+        { grants: answer.review_grants.join(", ") })));
     }
     item.appendChild(head);
     item.appendChild(el("p", "review-answer", answer.text || answer.refusal_reason || answer.error || ""));
@@ -165,7 +175,7 @@
       if (href) link.href = href;
       h.appendChild(link);
       left.appendChild(h);
-      if (citation.label) left.appendChild(el("span", "review-cite-crumb", citation.label + (citation.page ? " · page " + citation.page : "")));
+      if (citation.label) left.appendChild(el("span", "review-cite-crumb", citation.label + (citation.page ? " · " + fmt(gettext("page %(page)s"), { page: citation.page }) : "")));
       var quote = el("blockquote", "review-quote", citation.quote);
       quote.setAttribute("data-citation", String(citation.number));
       left.appendChild(quote);
@@ -179,10 +189,10 @@
       cites.appendChild(row);
     });
     if (answer.restricted_citations && answer.restricted_citations.length) {
-      cites.appendChild(el("p", "muted", "Citations " + answer.restricted_citations.map(function (n) { return "[" + n + "]"; }).join(" ") +
-        " point to documents you cannot read, so they are not shown here."));
+      cites.appendChild(el("p", "muted", fmt(gettext("Citations %(numbers)s point to documents you cannot read, so they are not shown here."),
+        { numbers: answer.restricted_citations.map(function (n) { return "[" + n + "]"; }).join(" ") })));
     } else if (!answer.citations.length) {
-      cites.appendChild(el("p", "muted", "This answer cites no sources."));
+      cites.appendChild(el("p", "muted", gettext("This answer cites no sources.")));
     }
     item.appendChild(cites);
     return item;
@@ -190,20 +200,22 @@
 
   /* Everyone's verdicts on the answer (the asker's and reviewers'), a named document only where the reviewer
    * may read it. */
-  var VERDICT_LABEL = { helpful: "Helpful", wrong: "Wrong", should_refuse: "Should have refused",
-                        should_answer: "Should have answered" };
+  var VERDICT_LABEL = { helpful: gettext("Helpful"), wrong: gettext("Wrong"), should_refuse: gettext("Should have refused"),
+                        should_answer: gettext("Should have answered") };
+  var ROLE_LABEL = { asker: gettext("asker"), reviewer: gettext("reviewer") };
 
   function judgementList(answer) {
     var ul = el("ul", "review-judgements");
-    ul.setAttribute("aria-label", "Verdicts");
+    ul.setAttribute("aria-label", gettext("Verdicts"));
     answer.judgements.forEach(function (j) {
       var li = el("li", "review-judgement");
       li.setAttribute("data-kind", j.kind);
-      var label = answer.status === "refused" && j.kind === "helpful" ? "Right not to answer" : VERDICT_LABEL[j.kind] || j.kind;
+      var label = answer.status === "refused" && j.kind === "helpful" ? gettext("Right not to answer") : VERDICT_LABEL[j.kind] || j.kind;
       li.appendChild(el("span", "flag-kind", label));
-      li.appendChild(document.createTextNode(" by " + (j.judge || "a former user") + " (" + j.role + "), " + when(j.updated_at)));
+      li.appendChild(document.createTextNode(" " + fmt(gettext("by %(judge)s (%(role)s), %(when)s"),
+        { judge: j.judge || gettext("a former user"), role: ROLE_LABEL[j.role] || j.role, when: when(j.updated_at) })));
       if (j.document) {
-        li.appendChild(document.createTextNode(" · answerable from "));
+        li.appendChild(document.createTextNode(" · " + gettext("answerable from") + " "));
         var href = safeLink(j.document.link);
         var link = el(href ? "a" : "span", "", j.document.title);
         if (href) link.href = href;
@@ -235,7 +247,7 @@
         item.replaceChild(judgementList(answer), item.querySelector(".review-judgements"));
         item.replaceChild(verdictRow(answer, saved), row);
       },
-      onError: function (message) { status.textContent = "Your verdict was not saved: " + message; }
+      onError: function (message) { status.textContent = fmt(gettext("Your verdict was not saved: %(reason)s"), { reason: message }); }
     });
     var status = el("p", "flag-err");
     status.setAttribute("role", "status");
@@ -246,7 +258,7 @@
 
   /* The list carries the start of long answers and quotes; the whole text comes on demand. */
   function wholeButton(answer, item) {
-    var button = el("button", "btn btn-small review-whole", "Show the whole answer and passages");
+    var button = el("button", "btn btn-small review-whole", gettext("Show the whole answer and passages"));
     button.type = "button";
     button.addEventListener("click", function () {
       button.disabled = true;
@@ -263,7 +275,7 @@
           button.remove();
         }).catch(function (error) {
           button.disabled = false;
-          button.textContent = "Could not load it (" + error.message + "); try again";
+          button.textContent = fmt(gettext("Could not load it (%(reason)s); try again"), { reason: error.message });
         });
     });
     return button;
@@ -280,7 +292,7 @@
   var READ_HEADERS = { Accept: "application/json", "X-Review-Surface": "page" };
 
   var PAGE = 20;
-  var more = el("button", "btn review-more", "Load older answers");
+  var more = el("button", "btn review-more", gettext("Load older answers"));
   more.type = "button";
 
   function loadPage(before) {
@@ -296,8 +308,8 @@
       }
       if (!answers.length && !before) {
         list.appendChild(flaggedOnly
-          ? empty("No flagged answers", "Citations you flag as wrong, unsupported or outdated are listed here with their notes.")
-          : empty("Nothing to review yet", "Answers appear here as people ask questions."));
+          ? empty(gettext("No flagged answers"), gettext("Citations you flag as wrong, unsupported or outdated are listed here with their notes."))
+          : empty(gettext("Nothing to review yet"), gettext("Answers appear here as people ask questions.")));
         return;
       }
       answers.forEach(function (answer) { list.insertBefore(answerItem(answer), more.parentNode ? more : null); });
@@ -310,7 +322,7 @@
       }
     }).catch(function (error) {
       if (!before) list.textContent = "";
-      var alert = el("div", "alert alert-error", "The answers could not be loaded (" + error.message + "). Reload the page to try again.");
+      var alert = el("div", "alert alert-error", fmt(gettext("The answers could not be loaded (%(reason)s). Reload the page to try again."), { reason: error.message }));
       alert.setAttribute("role", "alert");
       list.appendChild(alert);
     });

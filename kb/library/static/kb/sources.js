@@ -4,6 +4,15 @@
 "use strict";
 (() => {
   const RUNNING_MS = 1000, IDLE_MS = 5000;
+  // The library loads Django's catalog (/jsi18n/) first; the admin's source list may not, and then the sentences
+  // stay in English, as the catalog would give them. Looked up when used: the admin loads this in <head>.
+  const gettext = (text) => (window.gettext ? window.gettext(text) : text);
+  const fmt = (text, values) => text.replace(/%\((\w+)\)s/g, (_, name) => String(values[name]));
+  const lang = () => document.documentElement.lang || undefined;
+  const number = (value) => Number(value).toLocaleString(lang());
+  const STATUS = () => ({ running: gettext("running"), ok: gettext("ok"), failed: gettext("failed"),
+                          held: gettext("held") });
+  const STEP = () => ({ listing: gettext("listing"), applying: gettext("applying"), indexing: gettext("indexing") });
   const marked = (name) => Array.from(document.querySelectorAll(`[data-source-${name}]`));
 
   const el = (tag, className, text) => {
@@ -14,18 +23,21 @@
   };
 
   function counts(run) {
+    const values = {};
+    for (const [key, value] of Object.entries(run)) values[key] = typeof value === "number" ? number(value) : value;
+    values.step = STEP()[run.step] || run.step;
     if (run.status === "running") {
-      return `${run.step}: listed ${run.listed} · ${run.planned} changes · indexed ${run.indexed} of ${run.to_index} · failed ${run.failed}`;
+      return fmt(gettext("%(step)s: listed %(listed)s · %(planned)s changes · indexed %(indexed)s of %(to_index)s · failed %(failed)s"), values);
     }
-    return `listed ${run.listed} · unchanged ${run.unchanged} · changed ${run.changed} · new ${run.new} · ` +
-      `deleted ${run.deleted} · renamed ${run.renamed} · failed ${run.failed} · chunks embedded ${run.chunks_embedded}`;
+    return fmt(gettext(
+      "listed %(listed)s · unchanged %(unchanged)s · changed %(changed)s · new %(new)s · deleted %(deleted)s · renamed %(renamed)s · failed %(failed)s · chunks embedded %(chunks_embedded)s"), values);
   }
 
   function showRun(node, source) {
     const run = source.last_run;
-    if (!run.status) { node.replaceChildren("never run"); return; }
+    if (!run.status) { node.replaceChildren(gettext("never run")); return; }
     // kb-* classes style it in the admin, status-* in the library
-    node.replaceChildren(el("span", `kb-badge kb-${run.status} status status-${run.status}`, run.status), " ",
+    node.replaceChildren(el("span", `kb-badge kb-${run.status} status status-${run.status}`, STATUS()[run.status] || run.status), " ",
       el("small", "", counts(run)),
       el("div", "kb-reason", run.reason));
     node.dataset.status = run.status;
@@ -33,7 +45,8 @@
 
   function showLag(node, source) {
     const lag = source.index_lag;
-    node.textContent = `behind ${Math.round(lag.seconds)} s · pending ${lag.pending} · failed ${lag.failed}`;
+    node.textContent = fmt(gettext("behind %(seconds)s s · pending %(pending)s · failed %(failed)s"),
+      { seconds: number(Math.round(lag.seconds)), pending: number(lag.pending), failed: number(lag.failed) });
   }
 
   async function refresh() {
