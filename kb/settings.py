@@ -129,6 +129,10 @@ KB_SEARCH_WEIGHT_MULTILINGUAL = env_float("KB_SEARCH_WEIGHT_MULTILINGUAL", 1.0) 
 # three passages is within this of the nearest passage, on MiniLM's distance scale: it is left out of the fusion
 # (docs/RETRIEVAL.md)
 KB_SEARCH_MULTILINGUAL_MARGIN = env_float("KB_SEARCH_MULTILINGUAL_MARGIN", 0.05)
+# The late stage's counterpart for passages in the multilingual space (no word pieces read them): among the top
+# KB_SEARCH_LATE_DEPTH hits they are ordered by cosine similarity plus this / sqrt(their full-text rank)
+# (docs/RETRIEVAL.md, "The multilingual space"); 0: they keep the fusion's order
+KB_SEARCH_MULTILINGUAL_LEXICAL_BONUS = env_float("KB_SEARCH_MULTILINGUAL_LEXICAL_BONUS", 0.1)
 KB_SEARCH_LEXICAL_MAX_SHARE = env_float("KB_SEARCH_LEXICAL_MAX_SHARE", 0.2)  # words in more chunks select nothing
 KB_SEARCH_LEXICAL_MAX_TERMS = env_int("KB_SEARCH_LEXICAL_MAX_TERMS", 8, minimum=1)  # rarest words that rank
 # The rarest words select candidates until together they are in this many chunks (the rarest always does)

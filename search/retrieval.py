@@ -12,6 +12,7 @@ cross-encoder reranks the survivors; a hard cap bounds what reaches the generato
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 import time
@@ -75,6 +76,7 @@ class SearchOptions:
     multilingual_offset: float = ENGLISH_SCALE[0]
     multilingual_scale: float = ENGLISH_SCALE[1]
     multilingual_margin: float = field(default_factory=lambda: settings.KB_SEARCH_MULTILINGUAL_MARGIN)
+    multilingual_lexical_bonus: float = field(default_factory=lambda: settings.KB_SEARCH_MULTILINGUAL_LEXICAL_BONUS)
     late_depth: int = field(default_factory=lambda: settings.KB_SEARCH_LATE_DEPTH)
     late_weight: float = field(default_factory=lambda: settings.KB_SEARCH_LATE_WEIGHT)
     rerank: bool = True
@@ -422,16 +424,28 @@ def _fuse_spaces(hits: list[Hit], options: SearchOptions) -> list[Hit]:
             for h in placed]
 
 
-def _late_rerank(hits: list[Hit], scored: dict[int, tuple[float, float]], *, depth: int, weight: float) -> list[Hit]:
-    """The top `depth` hits re-ordered by late-interaction score plus cosine similarity; the rest keep their place."""
+def _late_rerank(hits: list[Hit], scored: dict[int, tuple[float, float]], *, depth: int, weight: float,
+                 lexical_bonus: float) -> list[Hit]:
+    """The top `depth` hits re-ordered among the places each space's passages hold: MiniLM's by late-interaction
+    score plus cosine similarity, the multilingual space's (whose words MiniLM's pieces do not read) by cosine
+    similarity plus `lexical_bonus` / sqrt(full-text rank). Rank fusion alone ignores how near a passage is: on
+    lab/eval-multilingual the passage nearest the question often sat below passages only the full text ranked
+    (docs/measurements/multilingual.md). The rest keep their place."""
     head, tail = hits[:depth], hits[depth:]
     head = [replace(h, late_score=scored[h.chunk_id][0]) for h in head]
-    # Only MiniLM's passages move, among the places they hold: its word pieces do not read the other languages.
-    places = [i for i, h in enumerate(head) if h.space == "english"]
-    ordered = sorted((head[i] for i in places), key=lambda h: (-(weight * (h.late_score or 0.0) + 1 - h.distance),
-                                                                h.chunk_id))
-    for i, hit in zip(places, ordered, strict=True):
-        head[i] = hit
+
+    def english(h: Hit) -> float:
+        return weight * (h.late_score or 0.0) + 1 - h.distance
+
+    def other(h: Hit) -> float:
+        lexical = h.ranks.get("lexical")
+        return 1 - h.distance + (lexical_bonus / math.sqrt(lexical) if lexical else 0.0)
+
+    for space, score in (("english", english), ("multilingual", other)):
+        places = [i for i, h in enumerate(head) if h.space == space]
+        ordered = sorted((head[i] for i in places), key=lambda h: (-score(h), h.chunk_id))
+        for i, hit in zip(places, ordered, strict=True):
+            head[i] = hit
     return head + tail
 
 
@@ -499,7 +513,8 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     if options.late_depth and hits:
         late_at = time.perf_counter()
         scored = _late_signals(query, pieces, hits[: options.late_depth], texts, words)
-        hits = _late_rerank(hits, scored, depth=options.late_depth, weight=options.late_weight)
+        hits = _late_rerank(hits, scored, depth=options.late_depth, weight=options.late_weight,
+                            lexical_bonus=options.multilingual_lexical_bonus)
         timings["late"] = (time.perf_counter() - late_at) * 1000
     elif hits:  # the stage is off, but the answerability signals read its scores of the top hits
         scored = _late_signals(query, pieces, hits[: answerability.DEPTH], texts, words)

@@ -13,7 +13,7 @@ from kb.library.ingest.version import current_index_version
 from kb.library.models import Chunk, Document
 from kb.library.selectors import document_is_stale, documents_stale
 from kb.text import multilingual
-from search.retrieval import SearchOptions, hybrid_search
+from search.retrieval import Hit, SearchOptions, _late_rerank, hybrid_search
 from tests.factories import ingested_document
 
 LEAVE = (
@@ -136,3 +136,33 @@ def test_a_reader_of_english_alone_is_spared_the_multilingual_encoder(
     assert encoded == [] and all(h.space == "english" for h in carol.hits)
     dave = hybrid_search(user=people["dave"], query=QUESTION)
     assert encoded == [QUESTION] and dave.hits[0].space == "multilingual" and "drei Wochen" in dave.hits[0].content
+
+
+def _hit(chunk_id: int, distance: float, space: str, **ranks: int) -> Hit:
+    return Hit(chunk_id=chunk_id, document_id=1, document_title="t", mime_type="text/markdown", ordinal=chunk_id,
+               breadcrumb="", content=f"passage {chunk_id}", start=0, end=1, page=None, kind="section",
+               audience="", part=None, parts=None, split_group="", distance=distance, score=0.0, ranks=ranks,
+               space=space)
+
+
+def test_the_late_stage_orders_other_languages_by_nearness_with_a_full_text_bonus() -> None:
+    """Rank fusion alone ignores how near a passage is: the multilingual space's passages in the head are ordered by
+    cosine similarity, a full-text match adding lexical_bonus / sqrt(its rank); MiniLM's keep their own order
+    (late score plus similarity) in the places they hold, and the tail is left alone."""
+    fused = [
+        _hit(1, 0.50, "multilingual", multilingual=2, lexical=1),  # the fusion's first: both lists rank it
+        _hit(2, 0.40, "english", dense=1),
+        _hit(3, 0.45, "multilingual", multilingual=1),  # the nearest foreign passage, no full-text match
+        _hit(4, 0.47, "multilingual", lexical=9),
+        _hit(5, 0.30, "multilingual", multilingual=3),  # beyond the depth: stays last whatever its distance
+    ]
+    late = {h.chunk_id: (0.0, 0.0) for h in fused}
+    ordered = _late_rerank(fused, late, depth=4, weight=1.0, lexical_bonus=0.1)
+    # 1: 0.50 + 0.1 = 0.60, then 4: 0.53 + 0.1 / 3 = 0.563 ahead of the nearest, 3 (0.55), which no full text matched.
+    assert [h.chunk_id for h in ordered] == [1, 2, 4, 3, 5]
+    nearer = _late_rerank(fused, late, depth=4, weight=1.0, lexical_bonus=0.02)
+    assert [h.chunk_id for h in nearer] == [3, 2, 4, 1, 5]  # 3: 0.55; 4: 0.53 + 0.0067; 1: 0.50 + 0.02
+    assert [h.chunk_id for h in _late_rerank(fused, late, depth=4, weight=1.0, lexical_bonus=0.0)] == [3, 2, 4, 1, 5]
+    english_first = [_hit(6, 0.60, "english", dense=2), *fused[:2]]
+    scored = {6: (0.5, 0.0), 1: (0.0, 0.0), 2: (0.0, 0.0)}
+    assert [h.chunk_id for h in _late_rerank(english_first, scored, depth=3, weight=1.0, lexical_bonus=0.1)] == [6, 1, 2]
