@@ -10,6 +10,7 @@ from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.translation import ngettext
 
 from accounts.models import ApiToken, OidcIdentity
 from accounts.tokens import token_revoke
@@ -45,7 +46,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
         live = list(queryset.filter(revoked_at__isnull=True))
         for token in live:
             token_revoke(token=token)
-        self.message_user(request, f"Revoked {len(live)} token(s)")
+        self.message_user(request, ngettext("Revoked %(n)d token", "Revoked %(n)d tokens", len(live)) % {"n": len(live)})
 
 
 def is_superuser(request: HttpRequest) -> bool:

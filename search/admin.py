@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.translation import gettext
 
 from kb.library.access import staff_may
 from kb.library.admin import RecordAdminMixin, index_note_register
@@ -107,11 +108,14 @@ class AnswerabilityModelAdmin(RecordAdminMixin, admin.ModelAdmin):
         try:
             proposal = refit_from_verdicts(user=request.user, leave_out=request.POST.getlist("leave_out"))
         except AnswerabilityError as exc:
-            self.message_user(request, f"No refit: {exc}", messages.ERROR)
+            self.message_user(request, gettext("No refit: %(reason)s") % {"reason": exc}, messages.ERROR)
             return HttpResponseRedirect(reverse("admin:search_answerabilitymodel_changelist"))
         left_out = proposal.fitted_on.get("left_out") or []
-        without = f" without the verdicts of {', '.join(left_out)}" if left_out else ""
-        self.message_user(request, f"{proposal} proposed{without}; nothing changes until you accept it")
+        if left_out:
+            note = gettext("%(model)s proposed without the verdicts of %(judges)s; nothing changes until you accept it")
+        else:
+            note = gettext("%(model)s proposed; nothing changes until you accept it")
+        self.message_user(request, note % {"model": proposal, "judges": ", ".join(left_out)})
         return HttpResponseRedirect(reverse("admin:search_answerabilitymodel_change", args=[proposal.pk]))
 
     def accept_view(self, request: HttpRequest, pk: int) -> HttpResponseRedirect:
@@ -121,7 +125,7 @@ class AnswerabilityModelAdmin(RecordAdminMixin, admin.ModelAdmin):
         except AnswerabilityError as exc:
             self.message_user(request, str(exc), messages.ERROR)
         else:
-            self.message_user(request, f"{accepted} now decides answer or refuse")
+            self.message_user(request, gettext("%(model)s now decides answer or refuse") % {"model": accepted})
         return HttpResponseRedirect(reverse("admin:search_answerabilitymodel_changelist"))
 
     def revert_view(self, request: HttpRequest) -> HttpResponseRedirect:
@@ -131,5 +135,6 @@ class AnswerabilityModelAdmin(RecordAdminMixin, admin.ModelAdmin):
         except AnswerabilityError as exc:
             self.message_user(request, str(exc), messages.ERROR)
         else:
-            self.message_user(request, f"Reverted: {restored or 'the settings’ model'} decides answer or refuse")
+            self.message_user(request, gettext("Reverted: %(model)s decides answer or refuse")
+                              % {"model": restored or gettext("the settings’ model")})
         return HttpResponseRedirect(reverse("admin:search_answerabilitymodel_changelist"))

@@ -13,6 +13,7 @@ from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext, ngettext
 
 from accounts.acl import readable_filter
 from kb import queues
@@ -234,12 +235,14 @@ class DocumentAdmin(StaffRuleMixin, admin.ModelAdmin):
     @admin.action(description="Retry failed (or stuck) documents", permissions=["change"])
     def retry_ingest(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
         n = document_queue_ingest(documents=queryset.filter(status__in=[Document.Status.FAILED, *RUNNING]))
-        self.message_user(request, f"Queued {n} document(s) for another attempt")
+        self.message_user(request, ngettext("Queued %(n)d document for another attempt",
+                                            "Queued %(n)d documents for another attempt", n) % {"n": n})
 
     @admin.action(description="Re-index selected documents", permissions=["change"])
     def reindex(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
         n = document_queue_ingest(documents=queryset.exclude(status__in=RUNNING))
-        self.message_user(request, f"Queued {n} document(s) for re-indexing")
+        self.message_user(request, ngettext("Queued %(n)d document for re-indexing",
+                                            "Queued %(n)d documents for re-indexing", n) % {"n": n})
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         super().save_related(request, form, formsets, change)
@@ -264,7 +267,8 @@ class DocumentAdmin(StaffRuleMixin, admin.ModelAdmin):
         if request.method != "POST" or not self.has_change_permission(request):
             raise PermissionDenied
         n = document_queue_ingest(documents=documents_stale(self.get_queryset(request)))
-        self.message_user(request, f"Queued {n} stale document(s) for re-indexing")
+        self.message_user(request, ngettext("Queued %(n)d stale document for re-indexing",
+                                            "Queued %(n)d stale documents for re-indexing", n) % {"n": n})
         return HttpResponseRedirect(reverse("admin:kb_document_changelist"))
 
     def delete_model(self, request: HttpRequest, obj: Document) -> None:
@@ -423,7 +427,8 @@ class SourceAdmin(StaffRuleMixin, admin.ModelAdmin):
         from kb.library.tasks import sync_source
 
         queued = [source.name for source in queryset if queues.send(sync_source, source.pk, False)]
-        self.message_user(request, f"Queued a run of {len(queued)} source(s): {', '.join(queued) or 'none'}")
+        self.message_user(request, ngettext("Queued a run of %(n)d source: %(names)s", "Queued a run of %(n)d sources: %(names)s",
+                                            len(queued)) % {"n": len(queued), "names": ", ".join(queued) or gettext("none")})
 
     def delete_model(self, request: HttpRequest, obj: Source) -> None:
         source_remove(source=obj)

@@ -348,6 +348,9 @@ def document_upload_many(
     if form.folder and not any(row["id"] == int(form.folder) for row in library_folders(user=request.user)):
         # A folder they would not see listed is refused as a missing one (kb.library.forms.upload_target_of).
         raise HttpError(400, gettext("Folder %(id)s does not exist (any more); reload the folder list.") % {"id": form.folder})
+    if form.access != "restricted" and (form.groups or form.users):
+        # Readers named for another access would be silently ignored: say so rather than store something else.
+        raise HttpError(400, gettext("groups and users name the readers only with access=restricted"))
     target = upload_target_of(folder_id=form.folder, access=form.access, group_ids=form.groups, user_ids=form.users)
     if target.folder is not None:
         _allow(request, "kb.add_document", target.folder)

@@ -224,6 +224,10 @@ def test_upload_form_errors_store_nothing(people: dict[str, Any], shelves: dict[
     gone = admin.post("/api/documents", {"files": files(("x.md", b"# X\n")), "folder": "999"})
     assert gone.status_code == 400 and "Folder 999 does not exist" in gone.json()["detail"]
     assert admin.post("/api/documents", {"access": "everyone"}).status_code == 422  # no files at all
+    # Readers named without access=restricted would be ignored: refused instead (a fuzzer's find).
+    for access in ({}, {"access": "everyone"}, {"folder": str(shelves["finance"].pk)}):
+        named = admin.post("/api/documents", {"files": files(("x.md", b"# X\n")), **access, "users": [people["bob"].pk]})
+        assert named.status_code == 400 and "access=restricted" in named.json()["detail"]
     assert Document.objects.count() == before
 
 

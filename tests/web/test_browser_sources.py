@@ -124,7 +124,7 @@ def test_sync_now_in_the_admin_then_an_employee_finds_the_repositorys_sentence_w
     page.locator("select[name=action]").select_option("sync_now")
     page.get_by_role("button", name="Go").click()
     page.wait_for_selector(".messagelist li")
-    assert "Queued a run of 1 source(s): handbook" in page.locator(".messagelist").inner_text()
+    assert "Queued a run of 1 source: handbook" in page.locator(".messagelist").inner_text()
 
     # The page reloaded with the message: watch the run's cell from here, without reloading.
     page.evaluate(RECORD_RUN, source.pk)
