@@ -2,7 +2,8 @@
  *
  * Every piece of model or document text goes into the page through textContent or
  * createElement: never innerHTML. The model's [n] markers become chips linking to the
- * server's locator for that citation; anything else that looks like a link stays text.
+ * server's locator for that citation, numbered 1..n per answer as its own sources list under it
+ * is; anything else that looks like a link stays text.
  */
 (function () {
   "use strict";
@@ -11,7 +12,6 @@
   var box = document.getElementById("question");
   var submit = document.getElementById("ask-submit");
   var answerEl = document.getElementById("answer");
-  var sourcesEl = document.getElementById("sources");
   var historyEl = document.getElementById("history");
   var statusEl = document.getElementById("ask-status");
   if (!root || !form || !box) return;
@@ -69,16 +69,17 @@
 
   // ---------------------------------------------------------------- rendering an answer
 
-  function citationChip(citation, turnId) {
+  // A chip for `citation`, shown as `number`: the place it has in its own answer's sources list.
+  function citationChip(citation, number, turnId) {
     var wrap = el("span", "cite");
     var href = safeLink(citation.link);
-    var chip = el(href ? "a" : "span", "cite-chip", "[" + citation.number + "]");
+    var chip = el(href ? "a" : "span", "cite-chip", "[" + number + "]");
     if (href) chip.href = href;
     chipCount += 1;
-    var previewId = "cite-" + turnId + "-" + citation.number + "-" + chipCount;
+    var previewId = "cite-" + turnId + "-" + number + "-" + chipCount;
     chip.setAttribute("aria-describedby", previewId);
-    chip.setAttribute("aria-label", fmt(gettext("Source %(number)s: %(title)s"), { number: citation.number, title: citation.document_title }));
-    chip.setAttribute("data-number", String(citation.number));
+    chip.setAttribute("aria-label", fmt(gettext("Source %(number)s: %(title)s"), { number: number, title: citation.document_title }));
+    chip.setAttribute("data-number", String(number));
     var preview = el("span", "cite-preview");
     preview.id = previewId;
     preview.setAttribute("role", "tooltip");
@@ -90,16 +91,33 @@
     return wrap;
   }
 
+  // The stored [n] are the retrieval's numbers (the first source cited may be the third retrieved): each
+  // answer numbers its own sources 1..n in the order its text first cites them, the chips and the list alike.
+  function numbering(citations) {
+    var byNumber = {};
+    (citations || []).forEach(function (c) { byNumber[c.number] = c; });
+    return {
+      order: [], // the citations as first cited
+      shown: {}, // stored number -> the number the reader sees
+      of: function (stored) {
+        var citation = byNumber[stored];
+        if (!citation) return 0;
+        if (!this.shown[stored]) { this.order.push(citation); this.shown[stored] = this.order.length; }
+        return this.shown[stored];
+      }
+    };
+  }
+
   // Text with [n] chips and `code` spans (the server wraps URLs in backticks: they stay text).
-  function renderInline(parent, text, citations, turnId) {
+  function renderInline(parent, text, numbers, turnId) {
     var pattern = /\[(\d{1,3})\]|`([^`\n]+)`|\n/g;
     var last = 0;
     var match;
     while ((match = pattern.exec(text))) {
       if (match.index > last) parent.appendChild(document.createTextNode(text.slice(last, match.index)));
       if (match[1] !== undefined) {
-        var citation = citations[Number(match[1])];
-        if (citation) parent.appendChild(citationChip(citation, turnId));
+        var shown = numbers.of(Number(match[1]));
+        if (shown) parent.appendChild(citationChip(numbers.order[shown - 1], shown, turnId));
         // a marker without a visible citation is dropped, as the server does
       } else if (match[2] !== undefined) {
         parent.appendChild(el("code", /^(?:[a-z][a-z0-9+.\-]*:|www\.)|@/i.test(match[2]) ? "inert-url" : "", match[2]));
@@ -111,37 +129,41 @@
     if (last < text.length) parent.appendChild(document.createTextNode(text.slice(last)));
   }
 
-  function renderFinal(turn) {
+  // A finished answer, streamed or stored (the socket and the conversation API send the same events): its
+  // text with chips, then its own sources under it, each linked to its passage in the viewer.
+  function renderAnswer(turn) {
     var body = turn.body;
     body.textContent = "";
-    var byNumber = {};
-    (turn.citations || []).forEach(function (c) { byNumber[c.number] = c; });
+    var numbers = numbering(turn.citations);
     turn.text.split(/\n\s*\n/).forEach(function (paragraph) {
       if (!paragraph.trim()) return;
       var p = el("p");
-      renderInline(p, paragraph.trim(), byNumber, turn.id);
+      renderInline(p, paragraph.trim(), numbers, turn.id);
       body.appendChild(p);
     });
+    if (turn.sourcesNode) turn.sourcesNode.remove();
+    turn.sourcesNode = numbers.order.length ? sourcesView(numbers.order) : el("p", "turn-sources-none muted", gettext("This answer cites no sources."));
+    body.parentNode.insertBefore(turn.sourcesNode, body.nextSibling);
   }
 
-  function renderSources(turn) {
-    sourcesEl.textContent = "";
-    var citations = turn.citations || [];
-    if (!citations.length) {
-      sourcesEl.appendChild(el("li", "muted source-empty", turn.refused ? gettext("No sources: nothing you can read answers this.") : gettext("This answer cites no sources.")));
-      return;
-    }
-    citations.forEach(function (c) {
+  function sourcesView(cited) {
+    var box = el("div", "turn-sources");
+    box.appendChild(el("h3", "turn-sources-title", gettext("Sources")));
+    var list = el("ol", "source-list");
+    list.setAttribute("aria-label", gettext("Sources for this answer"));
+    cited.forEach(function (c, i) {
       var li = el("li", "source-item");
-      li.value = c.number;
+      li.setAttribute("data-number", String(i + 1));
       var href = safeLink(c.link);
       var title = el(href ? "a" : "span", "source-title", c.document_title);
       if (href) title.href = href;
       li.appendChild(title);
       if (c.label) li.appendChild(el("span", "source-crumb", c.label + (c.page ? pageOf(c.page) : "")));
       li.appendChild(el("span", "source-quote", c.quote.length > 240 ? c.quote.slice(0, 240).replace(/\s+\S*$/, "") + " …" : c.quote));
-      sourcesEl.appendChild(li);
+      list.appendChild(li);
     });
+    box.appendChild(list);
+    return box;
   }
 
   function clearEmpty() {
@@ -320,9 +342,8 @@
           turn.body.textContent = "";
           turn.body.appendChild(el("p", "muted", event.text));
         } else {
-          renderFinal(turn);
+          renderAnswer(turn);
         }
-        renderSources(turn);
         if (!event.withheld) judgementView(turn, null);
         finish();
         return;
@@ -334,7 +355,6 @@
         setMeta(turn, "", false);
         refusedView(turn);
         if (!replaying) closestView(turn);
-        renderSources(turn);
         judgementView(turn, null);
         finish();
         return;
@@ -496,7 +516,6 @@
           turnList = earlier.list.concat(turnList);
           earlier = null;
         }
-        if (turnList.length) renderSources(turnList[turnList.length - 1]);
       }).catch(function (error) {
         button.disabled = false;
         showStatus("error", fmt(gettext("The earlier messages could not be loaded: %(reason)s"), { reason: error.message }));
@@ -514,7 +533,6 @@
       turns = {};
       turnList = [];
       var resume = showMessages(data);
-      if (turnList.length) renderSources(turnList[turnList.length - 1]);
       busy(false);
       loadHistory();
       // An answer still being written: the socket replays it from there and streams the rest.
