@@ -166,3 +166,41 @@ def test_the_late_stage_orders_other_languages_by_nearness_with_a_full_text_bonu
     english_first = [_hit(6, 0.60, "english", dense=2), *fused[:2]]
     scored = {6: (0.5, 0.0), 1: (0.0, 0.0), 2: (0.0, 0.0)}
     assert [h.chunk_id for h in _late_rerank(english_first, scored, depth=3, weight=1.0, lexical_bonus=0.1)] == [6, 1, 2]
+
+
+RUSSIAN = "# Регламент\n\n## Обновления\n\n" + " ".join([
+    "Автоматическое обновление пакетов на тестовых и нестабильных серверах запрещено, потому что новая версия может "
+    "неожиданно удалить зависимые пакеты без предупреждения администратора и изменить формат конфигурационных "
+    "файлов служб.",
+    "Обновления на рабочих серверах устанавливаются только в согласованное окно обслуживания, которое дежурный "
+    "инженер заранее публикует в общем календаре отдела эксплуатации.",
+    "Перед каждым обновлением базы данных дежурный инженер проверяет, что свежая резервная копия восстановилась на "
+    "отдельном стенде и что журнал восстановления не содержит ошибок.",
+    "Если после обновления сервис не отвечает дольше пятнадцати минут, инженер откатывает изменения по инструкции и "
+    "сообщает о происшествии руководителю смены.",
+]) + "\n"
+
+
+def test_a_russian_chunk_is_budgeted_in_the_tokens_of_the_model_that_embeds_it(db: None) -> None:
+    """MiniLM's word pieces cut Cyrillic almost letter by letter (~0.85 a character, e5 ~0.22): budgeted in them, a
+    chunk held ~200 characters and a longer sentence was cut in two. Counted in e5's tokens (the model that embeds a
+    Russian chunk for retrieval) within the budget, and MiniLM's within its whole window (it reads the chunk too),
+    every sentence stays whole in one chunk."""
+    from kb.library.ingest import chunking, extract
+    from kb.text import tokens
+
+    document = ingested_document(RUSSIAN, "reglament.md")
+    assert document.language == "ru"
+    chunks = list(Chunk.objects.filter(document=document).order_by("ordinal"))
+    sentences = RUSSIAN.split("\n")[4].split(". ")
+    assert all(any(s.rstrip(".") in c.content for c in chunks) for s in sentences)
+    assert all(multilingual.token_count(c.text) <= chunking.MAX_TOKENS for c in chunks)
+    assert all(tokens.count_tokens(c.text) <= tokens.WINDOW for c in chunks)  # nothing MiniLM would truncate
+    # The old budget, in MiniLM's pieces, cut at least one of them (the control that the test can fail).
+    data = RUSSIAN.encode()
+    old = chunking.split(extract.extract(data=data, mime="text/markdown", filename="reglament.md"), title="Регламент",
+                         count=tokens.count_tokens)
+    assert not all(any(s.rstrip(".") in draft.content for draft in old) for s in sentences)
+    # An English document is still counted in MiniLM's pieces, which embed it.
+    parking = ingested_document(OTHERS["parking.md"], "parking.md")
+    assert all(tokens.count_tokens(c.text) <= chunking.MAX_TOKENS for c in Chunk.objects.filter(document=parking))

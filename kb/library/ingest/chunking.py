@@ -22,7 +22,8 @@ from kb.library.ingest.formats.text import FRONT_MATTER
 from kb.text.sentences import sentence_starts
 from kb.text.tokens import WINDOW, PieceIndex, count_tokens
 
-PIPELINE_VERSION: int = 2  # 2: a chunk may cross a PDF page break where the text runs on
+PIPELINE_VERSION: int = 3  # 2: a chunk may cross a PDF page break where the text runs on; 3: budgets in the tokens of
+# the model that embeds the chunk (e5 for languages in the multilingual space; unchanged chunks keep their vectors)
 
 MAX_TOKENS = 200  # budget for `text` (header + content): a safety margin under the 256 window
 OVERLAP_TOKENS = 24  # repeated between consecutive parts of one split section (whole sentences)

@@ -23,7 +23,7 @@ from kb.library.events import publish_document_status
 from kb.library.ingest import bounded, chunking, extract, headings, indexing
 from kb.library.ingest.version import current_index_version
 from kb.library.models import Chunk, Document, filename_title
-from kb.text import classify, embedding, language, multilingual
+from kb.text import classify, embedding, language, multilingual, tokens
 from kb.text import pieces as pieces_format
 from kb.text.tokens import counting_time
 
@@ -106,8 +106,11 @@ def ingest(document_id: int, *, worker: str = "") -> str:
 
         stage = Document.Status.CHUNKING
         _enter(document_id, version, stage)
+        # Detected once, before chunking and outside the write's transaction: the chunk budget, the multilingual
+        # pass and the stored languages read it.
+        detected = language.document_language(extracted.text)
         with counting_time() as counting:
-            drafts = chunking.split(extracted, title=title)
+            drafts = chunking.split(extracted, title=title, count=_budget_counter(document, detected))
         clock.lap("chunk", within={"tokens": counting[0]})
         if not drafts:
             raise StageFailed("the document has no text to index")
@@ -119,8 +122,6 @@ def ingest(document_id: int, *, worker: str = "") -> str:
         texts = [draft.text for draft in drafts]
         kept = _previous_vectors(document, set(texts))
         todo = sorted({text for text in texts if text not in kept})
-        # Detected once, outside the write's transaction: the multilingual pass and the stored languages read it.
-        detected = language.document_language(extracted.text)
         chunks_detected = language.chunk_languages([draft.content for draft in drafts], detected)
         foreign = _multilingual_texts(document, drafts, chunks_detected)
         todo_foreign = sorted(text for text in foreign if text not in kept or kept[text][3] is None)
@@ -182,6 +183,21 @@ class _Stopwatch:
         self.seconds[stage] = round(now - self._last - sum(parts.values()), 3)
         self.seconds.update({name: round(value, 3) for name, value in parts.items()})
         self._last = now
+
+
+def _budget_counter(document: Document, detected: str) -> chunking.Count:
+    """How the chunk budget is counted: in the tokens of the models that embed the document's chunks. An English
+    chunk: MiniLM's word pieces. A chunk of the multilingual space: e5's tokens within the budget and, since MiniLM
+    reads it too (its word pieces serve the answer's sentence scoring), MiniLM's within its whole window. Budgeted
+    in MiniLM's pieces alone, which cut Cyrillic and CJK almost letter by letter, a Russian chunk held ~150
+    characters and cut long sentences in two (docs/INGESTION.md)."""
+    code = document.language if document.language_fixed and document.language else detected
+    return _both_windows if multilingual.embeds(code) else tokens.count_tokens
+
+
+def _both_windows(text: str) -> int:
+    """e5's tokens, or MiniLM's less the margin its budget keeps under its window, whichever is more."""
+    return max(multilingual.token_count(text), tokens.count_tokens(text) - (tokens.WINDOW - chunking.MAX_TOKENS))
 
 
 def _multilingual_texts(document: Document, drafts: list[chunking.Draft], detected: Sequence[str]) -> set[str]:
