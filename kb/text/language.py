@@ -33,7 +33,9 @@ CONFIGS = {
 SIMPLE = "simple"
 DEFAULT = "en"  # a text too short or too mixed to tell (a table of numbers, a code listing)
 # Labels py3langid gives dialects and scripts of one written language, read as that language.
-ALIASES = {"yue": "zh", "wuu": "zh", "nan": "zh", "hak": "zh", "gan": "zh", "lzh": "zh", "srl": "sr"}
+# Dialects folded into their language; the detector's "no linguistic content" (a code listing, markup) read as
+# DEFAULT: MiniLM's pieces and English full text serve identifiers, and no other language's budget or space applies.
+ALIASES = {"yue": "zh", "wuu": "zh", "nan": "zh", "hak": "zh", "gan": "zh", "lzh": "zh", "srl": "sr", "zxx": DEFAULT}
 # Letters written without spaces between words: Han (with its extensions), Hiragana, Katakana, Hangul.
 CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u31f0-\u31ff]+")
 WORD = re.compile(r"[^\W\d_]+", re.UNICODE)

@@ -85,3 +85,14 @@ def test_the_library_and_the_viewer_show_the_language(people: dict[str, Any]) ->
     assert 'data-role="language">PL</abbr>' in library
     viewer = client.get(f"/documents/{document.pk}/").content.decode()
     assert 'data-role="language">PL</span>' in viewer and 'lang="pl"' in viewer
+
+
+def test_a_code_listing_is_read_as_english_not_as_a_language_of_its_own(db: None) -> None:
+    """The detector labels markup and code "zxx" (no linguistic content): it was stored as a language, put the
+    listing in the multilingual space and counted its budget in e5's tokens. It is read as English instead."""
+    lines = "\n".join(f"<string>-Drefine.o{n}=x{n * 7}</string>" for n in range(40))
+    document = ingested_document(f"# Running\n\n## Options\n\n```\n{lines}\n```\n", "running.md")
+    assert document.language == "en"
+    chunks = Chunk.objects.filter(document=document)
+    assert chunks.count() >= 2 and not chunks.filter(multilingual_embedding__isnull=False).exists()
+    assert set(chunks.values_list("language", flat=True)) == {"en"}
