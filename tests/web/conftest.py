@@ -119,6 +119,24 @@ def open_page(browser: Any, web_server: str) -> Iterator[Callable[..., Any]]:
             context.close()
 
 
+@pytest.fixture
+def reader(browser: Any, web_server: str) -> Iterator[Callable[..., Any]]:
+    """reader(user, locale="pl-PL") -> a page signed in as `user` in a browser context of that locale."""
+    contexts: list[Any] = []
+
+    def _open(user: Any, locale: str = "pl-PL") -> Any:
+        context = browser.new_context(locale=locale, base_url=web_server, viewport={"width": 1280, "height": 900})
+        context.set_default_timeout(15_000)
+        context.add_init_script(WATCH_PAGE)
+        context.add_cookies([{"name": "sessionid", "value": session_cookie(user), "url": web_server}])
+        contexts.append(context)
+        return context.new_page()
+
+    yield _open
+    for context in contexts:
+        context.close()
+
+
 def screenshot(page: Any, name: str, *, full_page: bool = False) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"

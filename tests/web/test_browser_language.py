@@ -5,33 +5,15 @@ for Polish."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from tests.chat.conftest import OOD_QUESTION
-from tests.web.conftest import WATCH_PAGE, assert_clean, assert_labelled, screenshot, session_cookie
+from tests.web.conftest import assert_clean, assert_labelled, screenshot
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def polish_browser(browser: Any, web_server: str) -> Iterator[Callable[[Any], Any]]:
-    """polish_browser(user) -> a page in a new browser context whose locale is pl-PL, signed in as `user`."""
-    contexts: list[Any] = []
-
-    def _open(user: Any) -> Any:
-        context = browser.new_context(locale="pl-PL", base_url=web_server, viewport={"width": 1280, "height": 900})
-        context.set_default_timeout(15_000)
-        context.add_init_script(WATCH_PAGE)
-        context.add_cookies([{"name": "sessionid", "value": session_cookie(user), "url": web_server}])
-        contexts.append(context)
-        return context.new_page()
-
-    yield _open
-    for context in contexts:
-        context.close()
 
 
 def refused_conversation(user: Any) -> int:
@@ -56,13 +38,13 @@ def shown(page: Any, conversation: int) -> dict[str, str]:
 
 
 def test_a_polish_employee_reads_polish_and_switches_to_german_for_good(
-    polish_browser: Callable[[Any], Any], people: dict[str, Any]
+    reader: Callable[..., Any], people: dict[str, Any]
 ) -> None:
     from accounts.models import Profile
 
     alice = people["alice"]
     conversation = refused_conversation(alice)
-    page = polish_browser(alice)
+    page = reader(alice)
     assert shown(page, conversation) == {
         "lang": "pl", "title": "Zapytaj bazę wiedzy",
         "refusal": "Nie udało się tego znaleźć w dokumentach, które możesz czytać",  # written by ask.js
@@ -95,7 +77,7 @@ def test_a_polish_employee_reads_polish_and_switches_to_german_for_good(
     assert_clean(page)
 
     # A new session on a browser that still asks for Polish: the choice is hers, not the browser's.
-    elsewhere = polish_browser(alice)
+    elsewhere = reader(alice)
     assert shown(elsewhere, conversation) == german
     assert elsewhere.get_by_label("Sprache").input_value() == "de"
     assert_clean(elsewhere)

@@ -9,14 +9,14 @@ under test are the same, and no worker has to start."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
 
 from tests.factories import ingested_document
-from tests.web.conftest import WATCH_PAGE, assert_clean, assert_labelled, screenshot, session_cookie
+from tests.web.conftest import assert_clean, assert_labelled, screenshot
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -115,24 +115,6 @@ def english_left(page: Any, allowed: tuple[str, ...] = ()) -> list[str]:
     for words in allowed:
         text = text.replace(words, "")
     return [label for label in ENGLISH if re.search(rf"(?<![\w-]){re.escape(label)}(?![\w-])", text)]
-
-
-@pytest.fixture
-def reader(browser: Any, web_server: str) -> Iterator[Callable[..., Any]]:
-    """reader(user, locale="pl-PL") -> a page signed in as `user` in a browser context of that locale."""
-    contexts: list[Any] = []
-
-    def _open(user: Any, locale: str = "pl-PL") -> Any:
-        context = browser.new_context(locale=locale, base_url=web_server, viewport={"width": 1280, "height": 900})
-        context.set_default_timeout(15_000)
-        context.add_init_script(WATCH_PAGE)
-        context.add_cookies([{"name": "sessionid", "value": session_cookie(user), "url": web_server}])
-        contexts.append(context)
-        return context.new_page()
-
-    yield _open
-    for context in contexts:
-        context.close()
 
 
 def answered(user: Any, question: str) -> Any:
