@@ -1,5 +1,5 @@
 """The database out of reach (PostgreSQL restarting, the pool out of connections) is a 503 that says to
-retry, on every surface: the API's own handler (kb.api) and Django's last resort (kb.views.server_error)
+retry, on every surface: the API's own handler (kb.api) and Django's last resort (kb.errors.server_error)
 both answer it this way, so a person never reads a 500 page that looks like a bug in the product."""
 
 from __future__ import annotations

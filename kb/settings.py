@@ -63,6 +63,7 @@ if not SECRET_KEY:
 # host names served; also the websocket origin check
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])  # origins behind a proxy, e.g. https://kb.example.com
+CSRF_FAILURE_VIEW = "kb.errors.csrf_failure"  # an expired form: a plain page that says to reload
 
 INSTALLED_APPS = [
     "django.contrib.admin",

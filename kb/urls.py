@@ -9,7 +9,7 @@ from kb import metrics, views
 from kb.api import api
 from kb.library import views as library_views
 
-handler500 = "kb.views.server_error"
+handler500 = "kb.errors.server_error"
 
 urlpatterns = [
     path("", chat_views.ask, name="ask"),

@@ -1,26 +1,13 @@
-"""The project's own pages: /healthz and the last-resort error page. The library's pages are in
+"""The project's own pages: /healthz (the error pages are kb.errors'). The library's pages are in
 kb.library.views, chat's (Ask, Review) in chat.views."""
 
 from __future__ import annotations
 
-import sys
-
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views import defaults
+from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from kb import outage
 from kb.health import health_report, public_summary, sources_report
-
-
-def server_error(request: HttpRequest) -> HttpResponse:
-    """Django's last resort for an uncaught error (handler500). A database out of reach that escaped every
-    handler (raised in a middleware, or while a response was being written) still gets the 503 that
-    says to retry."""
-    if outage.is_database_outage(sys.exc_info()[1]):
-        return outage.unavailable(request)
-    return defaults.server_error(request)
 
 
 @require_GET

@@ -1,5 +1,9 @@
 /* Ask page: POST /api/ask, then /ws/chat/<conversation>/ streams the answer.
  *
+ * When something fails the reader is told what to do next (KB.json's error kinds): a session that ended keeps
+ * the question (sessionStorage) and offers to sign in again, after which it is back in the box; a socket that
+ * drops while an answer is written reconnects with backoff and says so.
+ *
  * Every piece of model or document text goes into the page through textContent or
  * createElement: never innerHTML. The model's [n] markers become chips linking to the
  * server's locator for that citation, numbered 1..n per answer as its own sources list under it
@@ -14,6 +18,8 @@
   var answerEl = document.getElementById("answer");
   var historyEl = document.getElementById("history");
   var statusEl = document.getElementById("ask-status");
+  var noticeEl = document.getElementById("ask-notice");
+  var emptyView = answerEl && answerEl.querySelector(".answer-empty"); // shown again when nothing was asked
   if (!root || !form || !box) return;
 
   // What arrived, in order: the browser tests read this (e.g. several tokens before `done`).
@@ -28,34 +34,22 @@
   var replaying = false; // while stored messages are shown: their ends do not each reload the history
   var lastQuestion = "";
   var chipCount = 0; // keeps preview ids unique when a source is cited twice
+  var DRAFT = "kb.ask.draft"; // sessionStorage: the question kept while the reader signs in again
+  var RECONNECT_DELAYS = [1, 2, 4, 8, 16]; // seconds before each try to reconnect a dropped socket; then give up
+  var reconnects = 0; // tries since the socket last delivered
+  var dropped = false; // the socket dropped and is not delivering again yet: the notice says so
+  var reconnectTimer = null;
 
   // ---------------------------------------------------------------- helpers
 
-  var el = window.KB.el, csrf = window.KB.csrf, safeLink = window.KB.safeLink;
+  var el = window.KB.el, safeLink = window.KB.safeLink;
   // The page's language (Django's JavaScriptCatalog, /jsi18n/, loaded before this file).
   var gettext = window.gettext, interpolate = window.interpolate;
   function fmt(text, values) { return interpolate(text, values, true); }
   var lang = document.documentElement.lang || undefined;
   function pageOf(page) { return " · " + fmt(gettext("page %(page)s"), { page: page }); }
 
-  function api(method, url, body) {
-    var options = { method: method, credentials: "same-origin", headers: { Accept: "application/json" } };
-    if (body !== undefined) {
-      options.headers["Content-Type"] = "application/json";
-      options.headers["X-CSRFToken"] = csrf();
-      options.body = JSON.stringify(body);
-    }
-    return fetch(url, options).then(function (response) {
-      return response.json().catch(function () { return {}; }).then(function (data) {
-        if (!response.ok) {
-          var error = new Error((data && data.detail && (typeof data.detail === "string" ? data.detail : gettext("The request was not accepted."))) || ("HTTP " + response.status));
-          error.status = response.status;
-          throw error;
-        }
-        return data;
-      });
-    });
-  }
+  var api = window.KB.json;
 
   function setState(state) { root.setAttribute("data-state", state); }
 
@@ -65,6 +59,53 @@
     statusEl.className = "alert " + (kind === "error" ? "alert-error" : "alert-info");
     statusEl.setAttribute("role", kind === "error" ? "alert" : "status");
     statusEl.textContent = message || "";
+  }
+
+  // The line above the question box (a live region): what stands between the reader and an answer, and the
+  // next step (`action`, a link or a button). No message: nothing shown.
+  function notice(kind, message, action) {
+    noticeEl.textContent = "";
+    noticeEl.className = "ask-notice" + (message ? " alert " + (kind === "error" ? "alert-error" : "alert-info") : "");
+    if (!message) return;
+    noticeEl.appendChild(el("span", "", message));
+    if (action) {
+      noticeEl.appendChild(document.createTextNode(" "));
+      noticeEl.appendChild(action);
+    }
+  }
+
+  // A question the reader must not lose: kept for this tab until the Ask page is open again.
+  function keep(question) {
+    question = (question || "").trim();
+    if (!question) return;
+    try { window.sessionStorage.setItem(DRAFT, question); } catch (e) { /* storage off: the box still has it */ }
+    if (!box.value.trim()) { box.value = question; fit(); }
+  }
+
+  // The session ended: the question stays and the reader is sent to sign in, then back here (a local path).
+  function signedOut(question) {
+    keep(question || box.value);
+    var back = "/" + location.pathname.replace(/^\/+/, "") + location.search;
+    var link = el("a", "btn btn-small", gettext("Sign in again"));
+    link.href = root.getAttribute("data-login-url") + "?next=" + encodeURIComponent(back);
+    link.addEventListener("click", function () { keep(box.value); });
+    notice("error", gettext("Your session has ended, so your question was not sent. Sign in again: it will be back in the box."), link);
+  }
+
+  // The page's form token is stale (signed in or out in another tab): reloading gets a fresh one.
+  function expired(question) {
+    keep(question || box.value);
+    var reload = el("button", "btn btn-small", gettext("Reload the page"));
+    reload.type = "button";
+    reload.addEventListener("click", function () { keep(box.value); location.reload(); });
+    notice("error", gettext("This page has expired, so your question was not sent. Reload the page: it will be back in the box."), reload);
+  }
+
+  // A failed request outside an answer: the next step for a session or a stale page, else the sentence.
+  function problem(error, sentence) {
+    if (error.kind === "session") signedOut();
+    else if (error.kind === "expired") expired();
+    else showStatus("error", sentence ? fmt(sentence, { reason: error.message }) : error.message);
   }
 
   // ---------------------------------------------------------------- rendering an answer
@@ -277,6 +318,7 @@
     }).catch(function () { turn.node.setAttribute("data-closest", "0"); });
   }
 
+  // An answer that failed: the reason in words, and "Try again" (the question is sent again).
   function errorView(turn, message) {
     var box = el("div", "alert alert-error answer-error");
     box.setAttribute("role", "alert");
@@ -388,7 +430,7 @@
   function finish() {
     if (replaying) return;
     busy(false);
-    loadHistory();
+    loadHistory().catch(function (error) { problem(error); });
   }
 
   function busy(on) {
@@ -402,6 +444,7 @@
   function connect(conversationId, since) {
     if (socket && socketFor === conversationId && socket.readyState <= 1) return;
     if (socket) socket.close();
+    clearTimeout(reconnectTimer);
     var scheme = location.protocol === "https:" ? "wss://" : "ws://";
     var path = root.getAttribute("data-ws-path").replace("{conversation}", String(conversationId));
     var url = scheme + location.host + path + (since ? "?since=" + since : "");
@@ -409,6 +452,7 @@
     socket = ws;
     socketFor = conversationId;
     ws.addEventListener("message", function (message) {
+      if (dropped) { dropped = false; reconnects = 0; notice(null, ""); } // delivering again: the connection is back
       var data;
       try { data = JSON.parse(message.data); } catch (e) { return; }
       handle(data);
@@ -416,12 +460,35 @@
     ws.addEventListener("close", function (event) {
       if (socket !== ws) return;
       socket = null;
+      if (event.code === 4401) { signedOut(); return; } // accounts.websocket: the session ended
       var open = turnList.filter(function (t) { return t.id !== null && !t.finished; });
-      if (open.length && event.code !== 1000 && event.code !== 4401) {
-        // Reconnect: the server replays what was stored, offsets drop what we already have.
-        setTimeout(function () { if (conversation === conversationId) connect(conversationId); }, 1000);
-      }
+      if (!open.length || event.code === 1000 || event.code === 4403) return;
+      if (event.code === 4408) connect(conversationId); // the reader's groups changed: reconnect to read as they are now
+      else reconnect(conversationId);
     });
+  }
+
+  // A socket that dropped while an answer is written: try again after 1, 2, 4… seconds (the server replays
+  // what was stored, offsets drop what is shown), then stop and let the reader try again.
+  function reconnect(conversationId) {
+    if (conversation !== conversationId) return;
+    dropped = true;
+    if (reconnects >= RECONNECT_DELAYS.length) {
+      var retry = el("button", "btn btn-small", gettext("Try again"));
+      retry.type = "button";
+      retry.addEventListener("click", function () {
+        reconnects = 0;
+        notice("info", gettext("Reconnecting…"));
+        connect(conversationId);
+      });
+      notice("error", gettext("The connection to the assistant was lost and could not be restored. Check your network, then try again."), retry);
+      return;
+    }
+    notice("info", gettext("Connection lost — reconnecting…"));
+    reconnectTimer = setTimeout(function () {
+      if (conversation === conversationId && !socket) connect(conversationId);
+    }, RECONNECT_DELAYS[reconnects] * 1000);
+    reconnects += 1;
   }
 
   // ---------------------------------------------------------------- asking
@@ -448,12 +515,22 @@
       } else if (!socket) {
         connect(conversation, data.question - 1);
       }
-      loadHistory();
+      loadHistory().catch(function (e) { problem(e); });
     }).catch(function (error) {
+      if (error.kind === "session" || error.kind === "expired") {
+        // Nothing was asked: the turn goes, the question stays in the box for after signing in or reloading.
+        turn.node.remove();
+        turnList.splice(turnList.indexOf(turn), 1);
+        if (!turnList.length && emptyView) answerEl.appendChild(emptyView);
+        if (error.kind === "session") signedOut(question);
+        else expired(question);
+        busy(false);
+        return;
+      }
+      busy(false);
       turn.finished = true;
       setMeta(turn, "", false);
       errorView(turn, error.message);
-      busy(false);
     });
   }
 
@@ -518,7 +595,7 @@
         }
       }).catch(function (error) {
         button.disabled = false;
-        showStatus("error", fmt(gettext("The earlier messages could not be loaded: %(reason)s"), { reason: error.message }));
+        problem(error, gettext("The earlier messages could not be loaded: %(reason)s"));
       });
     });
     answerEl.insertBefore(button, answerEl.firstChild);
@@ -534,10 +611,10 @@
       turnList = [];
       var resume = showMessages(data);
       busy(false);
-      loadHistory();
+      loadHistory().catch(function (e) { problem(e); });
       // An answer still being written: the socket replays it from there and streams the rest.
       if (resume !== null) connect(conversation, resume - 1);
-    }).catch(function (error) { showStatus("error", fmt(gettext("That conversation could not be opened: %(reason)s"), { reason: error.message })); });
+    }).catch(function (error) { problem(error, gettext("That conversation could not be opened: %(reason)s")); });
   }
 
   // ---------------------------------------------------------------- form
@@ -569,14 +646,20 @@
   var newLink = document.querySelector(".history-new");
   if (newLink) newLink.setAttribute("href", location.pathname);
 
+  // A question kept while the reader signed in again (or reloaded): back in the box, not sent.
+  var draft = null;
+  try { draft = window.sessionStorage.getItem(DRAFT); window.sessionStorage.removeItem(DRAFT); } catch (e) { draft = null; }
+  if (draft && !box.value.trim()) { box.value = draft; fit(); }
+
   loadHistory().then(function () {
     setState("connected");
     showStatus(null, "");
     submit.disabled = !box.value.trim();
     var wanted = new URLSearchParams(location.search).get("c");
     if (wanted && /^\d+$/.test(wanted)) openConversation(Number(wanted));
-  }).catch(function () {
+  }).catch(function (error) {
     setState("disconnected");
+    if (error.kind === "session" || error.kind === "expired") { showStatus(null, ""); problem(error); return; }
     showStatus("error", gettext("The assistant can't be reached right now. Reload the page to try again; the library still works."));
   });
 })();

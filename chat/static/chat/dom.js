@@ -24,7 +24,39 @@
     return typeof link === "string" && /^\/documents\/\d+\/(#[A-Za-z0-9=,&]*)?$/.test(link) ? link : null;
   }
 
-  // A JSON request (a write with the session's CSRF token); rejects with the server's `detail` when refused.
+  function failure(kind, message, reference) {
+    var error = new Error(message);
+    error.kind = kind;
+    error.reference = reference || null;
+    return error;
+  }
+
+  // A page's request sent to the sign-in page instead (the session ended; Django's login_required).
+  function signedOut(response) { return response.redirected && /\/accounts\/login\//.test(response.url); }
+
+  // Why a request failed, in words a reader can act on: never a status code, an exception's text or "CSRF".
+  // error.kind: "session" (signed out: sign in again), "expired" (the page's form token is stale: reload it),
+  // "network" (the server was not reached: try again), "server" (our fault; error.reference is what the admin
+  // finds in the log, kb.errors) or "refused" (the server's own sentence, written for people).
+  function refusal(response, data) {
+    var detail = data && typeof data.detail === "string" ? data.detail : "";
+    if (response.status === 401 || signedOut(response)) {
+      return failure("session", gettext("Your session has ended, so nothing was sent. Sign in again to continue."));
+    }
+    if (response.status === 403 && /csrf/i.test(detail)) {
+      return failure("expired", gettext("This page has expired, so nothing was sent. Reload the page and try again."));
+    }
+    if (response.status >= 500) {
+      var reference = data && typeof data.reference === "string" && /^[0-9a-f]{4,32}$/.test(data.reference) ? data.reference : null;
+      if (reference) return failure("server", fmt(gettext("Something went wrong on our side. If it keeps happening, give your administrator this reference: %(reference)s."), { reference: reference }), reference);
+      if (response.status === 503 && detail) return failure("server", detail); // the outage's sentence (kb.outage)
+      return failure("server", gettext("The server could not handle this just now. Try again in a moment."));
+    }
+    return failure("refused", detail || gettext("The request was not accepted."));
+  }
+
+  // A JSON request (a write with the session's CSRF token); rejects with an error from `refusal`, or of kind
+  // "network" when the server was not reached.
   function json(method, url, body) {
     var options = { method: method, credentials: "same-origin", headers: { Accept: "application/json" } };
     if (method !== "GET") options.headers["X-CSRFToken"] = csrf();
@@ -32,9 +64,11 @@
       options.headers["Content-Type"] = "application/json";
       options.body = JSON.stringify(body);
     }
-    return fetch(url, options).then(function (response) {
+    return fetch(url, options).catch(function () {
+      throw failure("network", gettext("The server could not be reached. Check your connection and try again."));
+    }).then(function (response) {
       return response.json().catch(function () { return null; }).then(function (data) {
-        if (!response.ok) throw new Error(data && typeof data.detail === "string" ? data.detail : "HTTP " + response.status);
+        if (!response.ok || signedOut(response)) throw refusal(response, data);
         return data;
       });
     });

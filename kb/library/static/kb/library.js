@@ -156,6 +156,22 @@
     refreshButtons();
   }
 
+  // Why the server refused a request, in words with a next step (never a status code): its own `error` when
+  // it wrote one, the reference of a server error (kb.errors) for the admin, or what to do after a sign-out.
+  function refused(xhr, body, otherwise) {
+    if (xhr.status === 401 || /\/accounts\/login\//.test(xhr.responseURL || "")) {
+      return gettext("You were signed out. Reload the page, sign in and try again.");
+    }
+    if (body && typeof body.error === "string") return body.error;
+    if (xhr.status === 403) return gettext("This page has expired. Reload the page and try again.");
+    if (xhr.status >= 500) {
+      return body && typeof body.reference === "string"
+        ? fmt(gettext("Something went wrong on our side. If it keeps happening, give your administrator this reference: %(reference)s."), { reference: body.reference })
+        : gettext("The server could not handle this just now. Try again in a moment.");
+    }
+    return otherwise;
+  }
+
   function part(item, role) { return item.el.querySelector("[data-role=" + role + "]"); }
 
   function reject(item, message) {
@@ -208,10 +224,8 @@
             status.textContent = gettext("Already in the library, unchanged");
           }
           watch([item.docId]);
-        } else if (/\/accounts\/login\//.test(xhr.responseURL || "")) {
-          reject(item, gettext("You were signed out. Reload the page, sign in and try again."));
         } else {
-          reject(item, (body && body.error) || fmt(gettext("The upload failed (HTTP %(status)s). Try again."), { status: xhr.status }));
+          reject(item, refused(xhr, body, gettext("The upload was not accepted. Try again.")));
         }
         done();
       });
@@ -385,12 +399,19 @@
       } else {
         var reason = row && row.querySelector("[data-role=reason]");
         if (reason) {
-          reason.textContent = (body && body.error) || fmt(gettext("Could not retry (HTTP %(status)s)."), { status: xhr.status });
+          reason.textContent = refused(xhr, body, gettext("Could not retry. Try again in a moment."));
           reason.hidden = false;
         }
       }
     });
-    xhr.addEventListener("error", function () { button.disabled = false; });
+    xhr.addEventListener("error", function () {
+      button.disabled = false;
+      var reason = row && row.querySelector("[data-role=reason]");
+      if (reason) {
+        reason.textContent = gettext("The server could not be reached. Check your connection and try again.");
+        reason.hidden = false;
+      }
+    });
     xhr.send();
   });
 })();
