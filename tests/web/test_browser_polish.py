@@ -222,53 +222,30 @@ def test_an_employee_and_a_reviewer_read_every_page_in_polish(reader: Callable[.
 # --------------------------------------------------------------------------- (b)-(d) answers across languages
 
 
-def test_a_polish_question_cites_and_highlights_the_polish_sentence(
-    reader: Callable[..., Any], people: dict[str, Any]
+@pytest.mark.parametrize(("documents", "question", "sentence", "locale", "lang"), [
+    # A Polish question over a Polish policy: quoted in the answer, highlighted in the viewer.
+    ((("praca-zdalna.md", REMOTE_WORK), ("hasla.md", PASSWORDS)), REMOTE_QUESTION, REMOTE_ANSWER, "pl-PL", "pl"),
+    # A Chinese one: exactly the sentence, not the question or the exclamation before it (they end in ？ and ！).
+    ((("mima.md", PASSWORDS), ("praca-zdalna.md", REMOTE_WORK)), PASSWORD_QUESTION, PASSWORD_ANSWER, "zh-CN",
+     "zh-hans"),
+    # An English question over a German travel policy, an English document beside it.
+    ((("reisekosten.md", TRAVEL), ("parking.md", PARKING)), TRAVEL_QUESTION, TRAVEL_ANSWER, "en-GB", "en"),
+], ids=["polish", "chinese", "english-over-german"])
+def test_the_answer_cites_and_the_viewer_highlights_exactly_the_sentence(
+    reader: Callable[..., Any], people: dict[str, Any], documents: tuple[tuple[str, str], ...], question: str,
+    sentence: str, locale: str, lang: str,
 ) -> None:
-    document = ingested_document(REMOTE_WORK, "praca-zdalna.md")
-    ingested_document(PASSWORDS, "hasla.md")
-    answer = answered(people["alice"], REMOTE_QUESTION)
+    document, *_ = [ingested_document(text, name) for name, text in documents]
+    answer = answered(people["alice"], question)
     citation = cited(answer, document)
     start, end = focus_of(citation)
-    assert document.canonical_text[start:end] == REMOTE_ANSWER
-    assert REMOTE_ANSWER.rstrip(".") in answer.text  # quoted, with its citation mark before the full stop
+    assert document.canonical_text[start:end] == sentence
+    assert sentence.rstrip(".。") in answer.text  # quoted, with its citation mark before the full stop
 
-    page = reader(people["alice"])
+    page = reader(people["alice"], locale=locale)
     open_citation(page, answer, citation)
-    assert page.evaluate(FOCUSED) == REMOTE_ANSWER
+    assert page.evaluate("document.documentElement.lang") == lang
+    assert page.evaluate(FOCUSED) == sentence
     assert page.locator("#passage-bar").is_visible()
-    screenshot(page, "polish-citation")
-    assert_clean(page)
-
-
-def test_a_chinese_question_highlights_exactly_the_chinese_sentence(
-    reader: Callable[..., Any], people: dict[str, Any]
-) -> None:
-    document = ingested_document(PASSWORDS, "mima.md")
-    ingested_document(REMOTE_WORK, "praca-zdalna.md")
-    answer = answered(people["alice"], PASSWORD_QUESTION)
-    citation = cited(answer, document)
-    start, end = focus_of(citation)
-    assert document.canonical_text[start:end] == PASSWORD_ANSWER  # not the question or exclamation before it
-
-    page = reader(people["alice"], locale="zh-CN")
-    open_citation(page, answer, citation)
-    assert page.evaluate("document.documentElement.lang") == "zh-hans"
-    assert page.evaluate(FOCUSED) == PASSWORD_ANSWER
-    screenshot(page, "chinese-citation")
-    assert_clean(page)
-
-
-def test_an_english_question_cites_the_german_passage(reader: Callable[..., Any], people: dict[str, Any]) -> None:
-    document = ingested_document(TRAVEL, "reisekosten.md")
-    ingested_document(PARKING, "parking.md")
-    answer = answered(people["alice"], TRAVEL_QUESTION)
-    citation = cited(answer, document)
-    start, end = focus_of(citation)
-    assert document.canonical_text[start:end] == TRAVEL_ANSWER
-
-    page = reader(people["alice"], locale="en-GB")
-    open_citation(page, answer, citation)
-    assert page.evaluate("document.documentElement.lang") == "en"
-    assert page.evaluate(FOCUSED) == TRAVEL_ANSWER
+    screenshot(page, f"citation-{lang}")
     assert_clean(page)
