@@ -71,6 +71,8 @@ class JudgementOut(Schema):
     judge: str | None = Field(description="Who judged; null once their account is gone")
     document: JudgedDocumentOut | None = Field(
         description="Should have answered: the document that answers it, shown only to readers who may read it")
+    reason: Literal["", "off_topic", "wrong_or_outdated", "should_refuse", "should_answer"] = Field(
+        description="The asker's reason chip with a thumbs down (POST /messages/{id}/rating); empty otherwise")
     note: str
     created_at: datetime
     updated_at: datetime
@@ -208,7 +210,8 @@ def _judgement(shown: JudgementView) -> dict[str, Any]:
     j, document = shown.judgement, shown.document
     return {"id": j.pk, "kind": j.kind, "role": j.role, "judge": j.judge.get_username() if j.judge else None,
             "document": {"id": document.pk, "title": str(document), "link": f"/documents/{document.pk}/"}
-            if document else None, "note": j.note, "created_at": j.created_at, "updated_at": j.updated_at}
+            if document else None, "reason": j.reason, "note": j.note, "created_at": j.created_at,
+            "updated_at": j.updated_at}
 
 
 def _judgements(views: list[MessageView], *, viewer: Any, everyone: bool) -> dict[int, list[dict[str, Any]]]:
@@ -324,14 +327,27 @@ def _conversation_out(found: Conversation | None, *, viewer: Any, page: Messages
 
 
 class RatingIn(TypedIn):
+    rating: int = Field(description="1 helpful, -1 not helpful, 0 takes the feedback back")
+    reason: Literal["off_topic", "wrong_or_outdated", "should_refuse", "should_answer"] | None = Field(
+        default=None, description="With -1, the reason chip: on an answer off_topic (doesn't answer my question), "
+        "wrong_or_outdated or should_refuse (should have said it doesn't know); on a refusal should_answer (the "
+        "documents do answer this)")
+    comment: str = Field(default="", max_length=judgements.COMMENT_MAX, pattern=NO_NUL,
+                         description="The asker's own words, stored as the verdict's note")
+
+
+class RatingOut(Schema):
     rating: int
 
 
-@router.post("/messages/{message_id}/rating", response={200: RatingIn, **BODY, **NOT_FOUND})
+@router.post("/messages/{message_id}/rating", response={200: RatingOut, **BODY, **NOT_FOUND})
 def rate(request: HttpRequest, message_id: int, payload: RatingIn) -> dict[str, Any]:
-    """Thumbs up (1) or down (-1) on one of your own answers; 0 takes it back. The same as judging it
-    "helpful" or "wrong" (POST /messages/{id}/judgement); a thumbs down keeps a negative verdict's kind."""
-    return {"rating": judgements.message_rate(user=request.user, message_id=message_id, rating=payload.rating)}
+    """Thumbs up (1) or down (-1) on one of your own answers, a thumbs down with a reason chip and a comment; 0
+    takes it back. Stored as the verdict the reason maps to (chat.judgements.feedback_kind): up "helpful", down
+    "wrong", "should_refuse" or "should_answer"; a bare thumbs down keeps a negative verdict already given."""
+    judgements.message_rate(user=request.user, message_id=message_id, rating=payload.rating, reason=payload.reason,
+                            comment=payload.comment)
+    return {"rating": payload.rating}
 
 
 class JudgementIn(TypedIn):

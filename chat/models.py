@@ -176,6 +176,15 @@ class Judgement(models.Model):
         ASKER = "asker"
         REVIEWER = "reviewer"
 
+    class Reason(models.TextChoices):
+        """The reason chip with an asker's thumbs down (the Ask page): chat.judgements.REASON_KIND maps each onto
+        the kind it is stored as; two share "wrong", so the reason is kept beside it."""
+
+        OFF_TOPIC = "off_topic", "Doesn't answer my question"
+        WRONG_OR_OUTDATED = "wrong_or_outdated", "Wrong or outdated"
+        SHOULD_REFUSE = "should_refuse", "Should have said it doesn't know"
+        SHOULD_ANSWER = "should_answer", "The documents do answer this"
+
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="judgements")
     # A judge who leaves keeps their verdict as data, unnamed (as Feedback.reviewer).
     judge = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
@@ -185,6 +194,8 @@ class Judgement(models.Model):
         "kb.Document", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
         help_text="Should have answered: the document that answers the question",
     )
+    reason = models.CharField(max_length=20, choices=Reason.choices, blank=True, default="",
+                              help_text="The asker's reason chip with a thumbs down; empty for any other verdict")
     note = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -17,6 +17,7 @@ from django.test import Client
 from django.utils import timezone
 
 from chat.evalset import OOD_KEYS, QUESTION_KEYS, normalised
+from chat.judgements import COMMENT_MAX
 from chat.models import Judgement, Message
 from kb.library.models import Document, Folder
 from kb.library.services import folder_set_access
@@ -138,6 +139,96 @@ def test_naming_a_document_the_judge_cannot_read_is_not_found_and_stores_nothing
     assert hidden.json() == absent.json() == {"detail": "no such document"}
     assert str(shelves["vault"]) not in hidden.content.decode()
     assert not Judgement.objects.exists() and Message.objects.get(pk=answer.pk).rating == 0
+
+
+# --------------------------------------------------------------------------- the asker's thumbs and reasons
+
+
+def test_each_thumb_and_reason_maps_onto_the_verdict_calibration_and_gaps_read() -> None:
+    from chat.judgements import ANSWER_REASONS, REFUSAL_REASONS, feedback_kind
+    from chat.services import ChatError
+
+    kinds = {(rating, reason, refused): feedback_kind(rating=rating, reason=reason, refused=refused)
+             for rating, reason, refused in [(1, None, False), (1, None, True), (-1, None, False), (-1, None, True),
+                                             (-1, "off_topic", False), (-1, "wrong_or_outdated", False),
+                                             (-1, "should_refuse", False), (-1, "should_answer", True)]}
+    assert kinds == {
+        (1, None, False): "helpful", (1, None, True): "helpful",  # on a refusal: right not to answer
+        (-1, None, False): "wrong", (-1, None, True): "wrong",  # a bare thumbs down, as the thumbs always were
+        (-1, "off_topic", False): "wrong", (-1, "wrong_or_outdated", False): "wrong",
+        (-1, "should_refuse", False): "should_refuse", (-1, "should_answer", True): "should_answer",
+    }
+    assert all(kind in Judgement.Kind.values for kind in kinds.values())
+    assert set(ANSWER_REASONS) | set(REFUSAL_REASONS) == set(Judgement.Reason.values)
+    # What a refusal does not offer, and an answer does not, is refused by name; a reason with a thumbs up too.
+    with pytest.raises(ChatError, match="on a refusal is one of should_answer; not 'should_refuse'"):
+        feedback_kind(rating=-1, reason="should_refuse", refused=True)
+    for reason in ("off_topic", "wrong_or_outdated"):
+        with pytest.raises(ChatError, match="on a refusal"):
+            feedback_kind(rating=-1, reason=reason, refused=True)
+    with pytest.raises(ChatError, match="on an answer is one of off_topic, wrong_or_outdated, should_refuse"):
+        feedback_kind(rating=-1, reason="should_answer", refused=False)
+    with pytest.raises(ChatError, match="thumbs down"):
+        feedback_kind(rating=1, reason="off_topic", refused=False)
+    with pytest.raises(ChatError, match="rating must be"):
+        feedback_kind(rating=0, reason=None, refused=False)
+
+
+def test_an_employees_thumbs_down_with_a_reason_and_words_is_stored_as_the_mapped_verdict(
+    shelves: dict[str, Document], people: dict[str, Any], client: Client, settings: Any
+) -> None:
+    answer = answered(people["carol"], EXPORT_QUESTION)
+    refusal = refused(people["carol"], FORMATS_QUESTION, settings)
+    rate, rate_refusal = (f"/api/messages/{m.pk}/rating" for m in (answer, refusal))
+    client.force_login(people["carol"])
+
+    response = post(client, rate, {"rating": -1, "reason": "wrong_or_outdated", "comment": "  The tab moved in May. "})
+    assert response.status_code == 200 and response.json() == {"rating": -1}, response.content
+    stored = Judgement.objects.get(message=answer)
+    assert (stored.judge, stored.role, stored.kind, stored.reason, stored.note, stored.document_id) == (
+        people["carol"], "asker", "wrong", "wrong_or_outdated", "The tab moved in May.", None)
+    assert Message.objects.get(pk=answer.pk).rating == -1
+    shown = client.get(f"/api/conversations/{answer.conversation_id}").json()["messages"][1]["judgements"]
+    assert [(j["kind"], j["reason"], j["note"]) for j in shown] == [("wrong", "wrong_or_outdated", "The tab moved in May.")]
+
+    # Changed to another reason, then to "should have said it doesn't know": one verdict, replaced each time.
+    assert post(client, rate, {"rating": -1, "reason": "off_topic"}).status_code == 200
+    assert (Judgement.objects.get(message=answer).kind, Judgement.objects.get(message=answer).reason) == ("wrong", "off_topic")
+    assert post(client, rate, {"rating": -1, "reason": "should_refuse"}).status_code == 200
+    assert Judgement.objects.get(message=answer).kind == "should_refuse"
+
+    # On a refusal, "the documents do answer this": should have answered, naming no document (the desk's picker
+    # names one); a document in the body is not the rating API's to store.
+    response = post(client, rate_refusal, {"rating": -1, "reason": "should_answer", "comment": "It is in the guide",
+                                           "document": shelves["shipments"].pk})
+    assert response.status_code == 200, response.content
+    verdict = Judgement.objects.get(message=refusal)
+    assert (verdict.kind, verdict.reason, verdict.note, verdict.document_id) == ("should_answer", "should_answer",
+                                                                                "It is in the guide", None)
+
+    # What an answer does not offer, a comment over the bound, a reason unknown, a stranger: refused, nothing changed.
+    for url, body, status in [
+        (rate_refusal, {"rating": -1, "reason": "should_refuse"}, 422),
+        (rate_refusal, {"rating": -1, "reason": "wrong_or_outdated"}, 422),
+        (rate, {"rating": -1, "reason": "should_answer"}, 422),
+        (rate, {"rating": 1, "reason": "off_topic"}, 422),
+        (rate, {"rating": 0, "comment": "why"}, 422),
+        (rate, {"rating": -1, "reason": "helpful"}, 422),
+        (rate, {"rating": -1, "reason": "off_topic", "comment": "x" * (COMMENT_MAX + 1)}, 422),
+    ]:
+        assert post(client, url, body).status_code == status, body
+    client.force_login(people["bob"])
+    assert post(client, rate, {"rating": -1, "reason": "off_topic", "comment": "mine now"}).status_code == 404
+    assert sorted(Judgement.objects.values_list("kind", "reason", "judge__username")) == [
+        ("should_answer", "should_answer", "carol"), ("should_refuse", "should_refuse", "carol")]
+
+    # A thumbs up replaces the reason and the words; 0 takes the feedback back.
+    client.force_login(people["carol"])
+    assert post(client, rate, {"rating": 1}).json() == {"rating": 1}
+    stored = Judgement.objects.get(message=answer)
+    assert (stored.kind, stored.reason, stored.note) == ("helpful", "", "")
+    assert post(client, rate_refusal, {"rating": 0}).json() == {"rating": 0}
+    assert not Judgement.objects.filter(message=refusal).exists() and Message.objects.get(pk=refusal.pk).rating == 0
 
 
 # --------------------------------------------------------------------------- the review desk

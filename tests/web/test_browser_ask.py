@@ -268,13 +268,16 @@ def test_the_ask_page_with_an_answer_at_phone_width(open_page: Any, people: dict
     assert_clean(page)
     screenshot(page, "ask-answer-390", full_page=True)
 
-    # "Wrong" on the answer, stored for the asker (a thumbs down); pressing it again takes it back.
-    page.get_by_role("button", name="Wrong").click()
-    page.wait_for_selector('.turn-rating button[data-kind="wrong"][aria-pressed="true"]')
+    # A thumbs down with "Wrong or outdated", stored for the asker; pressing the thumb again takes it back.
+    page.get_by_role("button", name="Not helpful").click()
+    page.get_by_role("button", name="Wrong or outdated").click()
+    assert_fits_width(page)
+    page.get_by_role("button", name="Send feedback").click()
+    page.wait_for_selector('.turn-rating button[data-thumb="down"][aria-pressed="true"]')
     assert type(answer).objects.get(pk=answer.pk).rating == -1
     assert_fits_width(page)
-    page.get_by_role("button", name="Wrong").click()
-    page.wait_for_selector('.turn-rating button[data-kind="wrong"][aria-pressed="false"]')
+    page.get_by_role("button", name="Not helpful").click()
+    page.wait_for_selector('.turn-rating button[data-thumb="down"][aria-pressed="false"]')
     assert type(answer).objects.get(pk=answer.pk).rating == 0
 
 

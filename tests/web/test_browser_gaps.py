@@ -1,5 +1,5 @@
 """Content gaps in Chromium against the session's Daphne: an employee says a refused question should have been
-answered and names the document; an admin finds the question under content gaps from the admin index, with the
+answered ("The documents do answer this") and a support reviewer names the document on the review desk; an admin finds the question under content gaps from the admin index, with the
 named document, and a question whose answer sits in a folder they cannot read shown only as who may read it."""
 
 from __future__ import annotations
@@ -29,10 +29,18 @@ def test_an_employees_should_have_answered_verdict_reaches_the_admins_content_ga
 
     page = open_page(people["carol"])
     page.goto(f"/?c={refusal.conversation_id}")
-    page.get_by_role("group", name="Judge this refusal").get_by_role("button", name="Should have answered").click()
-    name_the_document(page.locator(".judge-document"), shipments.title)
-    page.locator(".judge-named a").wait_for()
-    assert Judgement.objects.get(message=refusal).document_id == shipments.pk
+    page.get_by_role("group", name="Judge this refusal").get_by_role("button", name="Not helpful").click()
+    page.get_by_role("button", name="Send feedback").click()
+    page.locator('.turn-rating button[data-thumb="down"][aria-pressed="true"]').wait_for()
+    assert Judgement.objects.get(message=refusal).kind == "should_answer"
+
+    desk = open_page(people["sam"])
+    desk.goto("/review/")
+    item = desk.locator(f".review-item[data-message='{refusal.pk}']")
+    item.get_by_role("group", name="Judge this refusal").get_by_role("button", name="Should have answered").click()
+    name_the_document(item.locator(".judge-document"), shipments.title)
+    item.locator(".review-judgement[data-kind='should_answer']").filter(has_text="sam").wait_for()
+    assert Judgement.objects.get(message=refusal, judge=people["sam"]).document_id == shipments.pk
 
     carol_gaps = open_page(people["carol"]).goto("/gaps/")
     assert carol_gaps is not None and carol_gaps.status == 404  # employees have no such page

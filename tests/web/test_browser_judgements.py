@@ -1,6 +1,8 @@
 """Judging answers in Chromium against a real Daphne: an employee says a refused question should have been
-answered and names the document that answers it; a support reviewer does the same on the review desk and
-judges an answer. Answers are produced in this process with the real services (tests.web.test_browser_ask)."""
+answered ("The documents do answer this", the Ask page's feedback, tests.web.test_browser_feedback); a support
+reviewer, on the review desk, keeps the four verdict kinds and names the document that answers it from the
+documents he may read, and judges an answer. Answers are produced in this process with the real services
+(tests.web.test_browser_ask)."""
 
 from __future__ import annotations
 
@@ -38,41 +40,37 @@ def name_the_document(scope: Any, title: str) -> None:
     scope.get_by_role("button", name="Save: should have answered").click()
 
 
-def test_an_employee_says_a_refusal_should_have_answered_and_names_the_document(
-    open_page: Any, people: dict[str, Any], settings: Any
-) -> None:
+def test_an_employee_says_a_refusal_should_have_answered(open_page: Any, people: dict[str, Any], settings: Any) -> None:
     from chat.models import Judgement, Message
 
-    shipments = ingested_document(SHIPMENTS, "shipments.md")
-    vault = ingested_document(VAULT, "vault.md", public=False, groups=[people["groups"]["engineering"]])
+    ingested_document(SHIPMENTS, "shipments.md")
     refusal = refused(people["carol"], TABS_QUESTION, settings)
 
     page = open_page(people["carol"])
     page.goto(f"/?c={refusal.conversation_id}")
     group = page.get_by_role("group", name="Judge this refusal")
-    group.get_by_role("button", name="Should have answered").click()
-    picker = page.locator(".judge-document")
-    assert picker.get_by_label("Which document answers it? (optional)").input_value() == TABS_QUESTION
-    picker.locator(".judge-choice").first.wait_for(timeout=FIRST_SEARCH_MS)
-    assert vault.title not in picker.inner_text()  # only documents carol may read are offered
+    # The employee's thumbs, not the review desk's four kinds; no document picker on the Ask page.
+    assert group.get_by_role("button").all_inner_texts() == ["Helpful", "Not helpful"]
+    group.get_by_role("button", name="Not helpful").click()
+    page.get_by_role("button", name="The documents do answer this").wait_for()
     assert_labelled(page)
     screenshot(page, "judge-should-answer")
-    name_the_document(picker, shipments.title)
-    page.locator(".judge-named a").wait_for()
-    assert page.locator(".judge-named a").get_attribute("href") == f"/documents/{shipments.pk}/"
+    page.get_by_role("button", name="Send feedback").click()
+    page.locator('.turn-rating button[data-thumb="down"][aria-pressed="true"]').wait_for()
+    assert page.locator(".judge-document").count() == 0
 
     judgement = Judgement.objects.get()
     assert (judgement.message_id, judgement.judge, judgement.role, judgement.kind, judgement.document_id) == (
-        refusal.pk, people["carol"], "asker", "should_answer", shipments.pk)
+        refusal.pk, people["carol"], "asker", "should_answer", None)
     assert Message.objects.get(pk=refusal.pk).rating == -1
 
     # Reloaded, the verdict is shown as given; pressing it again takes it back.
     page.reload()
-    pressed = page.locator('.turn-rating button[data-kind="should_answer"][aria-pressed="true"]')
+    pressed = page.locator('.turn-rating button[data-thumb="down"][aria-pressed="true"]')
     pressed.wait_for()
-    assert page.locator(".judge-named").inner_text() == f"Answerable from: {shipments.title}"
+    assert "The documents do answer this" in page.locator(".feedback-given").inner_text()
     pressed.click()
-    page.locator('.turn-rating button[data-kind="should_answer"][aria-pressed="false"]').wait_for()
+    page.locator('.turn-rating button[data-thumb="down"][aria-pressed="false"]').wait_for()
     assert not Judgement.objects.exists() and Message.objects.get(pk=refusal.pk).rating == 0
     assert_clean(page)
 
@@ -83,6 +81,7 @@ def test_a_reviewer_marks_a_refusal_answerable_from_a_document_and_judges_an_ans
     from chat.models import Judgement
 
     shipments = ingested_document(SHIPMENTS, "shipments.md")
+    vault = ingested_document(VAULT, "vault.md", public=False, groups=[people["groups"]["engineering"]])
     refusal = refused(people["carol"], TABS_QUESTION, settings)
     answer = answered(people["alice"], EXPORT_QUESTION)
     assert answer.status == "done"
@@ -91,8 +90,14 @@ def test_a_reviewer_marks_a_refusal_answerable_from_a_document_and_judges_an_ans
     page.goto("/review/")
     item = page.locator(f".review-item[data-message='{refusal.pk}']")
     item.wait_for()
-    item.get_by_role("group", name="Judge this refusal").get_by_role("button", name="Should have answered").click()
-    name_the_document(item.locator(".judge-document"), shipments.title)
+    group = item.get_by_role("group", name="Judge this refusal")
+    assert group.get_by_role("button").all_inner_texts() == ["Right not to answer", "Should have answered"]
+    group.get_by_role("button", name="Should have answered").click()
+    picker = item.locator(".judge-document")
+    assert picker.get_by_label("Which document answers it? (optional)").input_value() == TABS_QUESTION
+    picker.locator(".judge-choice").first.wait_for(timeout=FIRST_SEARCH_MS)
+    assert vault.title not in picker.inner_text()  # only documents sam may read are offered
+    name_the_document(picker, shipments.title)
     listed = item.locator(".review-judgement[data-kind='should_answer']")
     listed.wait_for()
     assert "by sam (reviewer)" in listed.inner_text() and shipments.title in listed.inner_text()
@@ -100,7 +105,10 @@ def test_a_reviewer_marks_a_refusal_answerable_from_a_document_and_judges_an_ans
     assert (verdict.judge, verdict.role, verdict.document_id) == (people["sam"], "reviewer", shipments.pk)
 
     judged = page.locator(f".review-item[data-message='{answer.pk}']")
-    judged.get_by_role("group", name="Judge this answer").get_by_role("button", name="Helpful").click()
+    kinds = judged.get_by_role("group", name="Judge this answer")
+    assert kinds.get_by_role("button").all_inner_texts() == ["Helpful", "Wrong", "Should have refused",
+                                                             "Should have answered"]
+    kinds.get_by_role("button", name="Helpful").click()
     judged.locator(".review-judgement[data-kind='helpful']").wait_for()
     assert Judgement.objects.get(message=answer).kind == "helpful"
     assert_labelled(page)

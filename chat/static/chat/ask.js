@@ -415,14 +415,12 @@
     }
   }
 
-  // The asker's verdict on a finished answer (KB.judge: POST/DELETE /api/messages/<id>/judgement).
+  // The asker's feedback on a finished answer (KB.feedback, feedback.js): thumbs, a reason chip, their words.
   function judgementView(turn, judgement) {
     if (turn.ratingNode) turn.ratingNode.remove();
-    turn.ratingNode = window.KB.judge({
-      url: "/api/messages/" + turn.id + "/judgement", key: "turn-" + turn.id, refused: !!turn.refused,
-      question: turn.question, judgement: judgement,
-      onSaved: function (saved) { judgementView(turn, saved); },
-      onError: function (message) { showStatus("error", fmt(gettext("Your verdict was not saved: %(reason)s"), { reason: message })); }
+    turn.ratingNode = window.KB.feedback({
+      message: turn.id, refused: !!turn.refused, judgement: judgement,
+      onError: function (error) { problem(error, gettext("Your feedback was not saved: %(reason)s")); }
     });
     turn.node.appendChild(turn.ratingNode);
   }

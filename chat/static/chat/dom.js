@@ -1,5 +1,6 @@
-/* Helpers shared by the Ask page and the review desk, the verdict buttons among them. Text goes in through
- * textContent only, and only the viewer's own locators ever become links. */
+/* Helpers shared by the Ask page and the review desk, the review desk's verdict buttons among them (the Ask page's
+ * thumbs are feedback.js). Text goes in through textContent only, and only the viewer's own locators ever become
+ * links. */
 (function () {
   "use strict";
   // The page's language (Django's JavaScriptCatalog, /jsi18n/, loaded before this file).
@@ -78,8 +79,8 @@
                   ["should_answer", gettext("Should have answered")]];
   var REFUSAL_VERDICTS = [["helpful", gettext("Right not to answer")], ["should_answer", gettext("Should have answered")]];
 
-  /* One person's verdict on an answer, as a group of toggle buttons (the Ask page's asker, the review desk's
-   * reviewer): POST `url` {kind}, DELETE `url` when the chosen one is pressed again. "Should have answered"
+  /* A reviewer's verdict on an answer (the review desk), as a group of toggle buttons, one per verdict kind:
+   * POST `url` {kind}, DELETE `url` when the chosen one is pressed again. "Should have answered"
    * opens a search over the documents the judge may read (GET /api/search), to name the one that answers.
    * options: url, key (unique in the page), refused, question, judgement (or null), showNamed (default true:
    * the document it names, under the buttons), onSaved(judgement or null), onError(message). Returns the element. */
