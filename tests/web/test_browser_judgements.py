@@ -49,6 +49,7 @@ def test_an_employee_says_a_refusal_should_have_answered(open_page: Any, people:
     page = open_page(people["carol"])
     page.goto(f"/?c={refusal.conversation_id}")
     group = page.get_by_role("group", name="Judge this refusal")
+    group.get_by_role("button", name="Not helpful").wait_for()  # the turn is drawn from the socket's replay
     # The employee's thumbs, not the review desk's four kinds; no document picker on the Ask page.
     assert group.get_by_role("button").all_inner_texts() == ["Helpful", "Not helpful"]
     group.get_by_role("button", name="Not helpful").click()
@@ -106,6 +107,7 @@ def test_a_reviewer_marks_a_refusal_answerable_from_a_document_and_judges_an_ans
 
     judged = page.locator(f".review-item[data-message='{answer.pk}']")
     kinds = judged.get_by_role("group", name="Judge this answer")
+    kinds.get_by_role("button", name="Should have refused").wait_for()
     assert kinds.get_by_role("button").all_inner_texts() == ["Helpful", "Wrong", "Should have refused",
                                                              "Should have answered"]
     kinds.get_by_role("button", name="Helpful").click()
