@@ -10,7 +10,7 @@ from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils.translation import ngettext
+from django.utils.translation import gettext_lazy, ngettext
 
 from accounts.models import ApiToken, OidcIdentity
 from accounts.tokens import token_revoke
@@ -37,11 +37,11 @@ class ApiTokenAdmin(admin.ModelAdmin):
         # A raw token must be shown to its owner once; `manage.py apitoken` does that.
         return False
 
-    @admin.display(description="Scopes")
+    @admin.display(description=gettext_lazy("What it may do"))
     def scope_list(self, obj: ApiToken) -> str:
         return ", ".join(obj.scopes)
 
-    @admin.action(description="Revoke selected tokens", permissions=["change"])
+    @admin.action(description=gettext_lazy("Revoke the selected tokens"), permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         live = list(queryset.filter(revoked_at__isnull=True))
         for token in live:

@@ -7,6 +7,7 @@ import hashlib
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 TOKEN_PREFIX = "kb_"  # noqa: S105  (a public prefix, not a secret)
 
@@ -37,6 +38,8 @@ class ApiToken(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        verbose_name = _("API token")
+        verbose_name_plural = _("API tokens")
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"

@@ -17,6 +17,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
+from django.utils.translation import gettext_lazy
 
 from chat.models import Citation, Conversation, Feedback, Message, ReviewAccess, ReviewGrant
 from chat.review_scope import access_log_csv, grantable_folders, grantable_groups, grants_manageable, reviewers
@@ -129,7 +130,7 @@ class FeedbackInline(FeedbackRowsMixin, admin.TabularInline):
 @admin.register(Message)
 class MessageAdmin(MessageRowsMixin, StaffRuleMixin, admin.ModelAdmin):
     message_lookup = "pk"
-    list_display = ("pk", "conversation", "role", "status", "intent", "backend", "total_ms", "created_at")
+    list_display = ("pk", "conversation", "role", "status", "intent", "answered_by", "time_to_answer", "created_at")
     list_filter = ("role", "status", "backend", "intent")
     list_select_related = ("conversation",)
     search_fields = ("text",)
@@ -140,6 +141,14 @@ class MessageAdmin(MessageRowsMixin, StaffRuleMixin, admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # messages are asked and answered in the chat
+
+    @admin.display(description=gettext_lazy("Answered by"), ordering="backend")
+    def answered_by(self, obj: Message) -> str:
+        return obj.backend or "—"
+
+    @admin.display(description=gettext_lazy("Time to answer"), ordering="total_ms")
+    def time_to_answer(self, obj: Message) -> str:
+        return "—" if obj.total_ms is None else f"{obj.total_ms / 1000:.1f} s"
 
 
 class FeedbackForm(forms.ModelForm):
@@ -233,7 +242,7 @@ class ReviewGrantInline(admin.TabularInline):
     readonly_fields = fields
     extra = 0
     can_delete = False
-    verbose_name_plural = "review grants (given and revoked under Chat › Review grants)"
+    verbose_name_plural = gettext_lazy("review grants (given and revoked under Chat › Review grants)")
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return bool(request.user.is_superuser)
@@ -267,7 +276,7 @@ class ReviewAccessAdmin(RecordAdminMixin, admin.ModelAdmin):
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return self.has_module_permission(request)
 
-    @admin.action(description="Export as CSV", permissions=["view"])
+    @admin.action(description=gettext_lazy("Export the selected rows as a spreadsheet (CSV)"), permissions=["view"])
     def export_csv(self, request: HttpRequest, queryset: QuerySet[ReviewAccess]) -> StreamingHttpResponse:
         response = StreamingHttpResponse(access_log_csv(queryset), content_type="text/csv")
         response["Content-Disposition"] = 'attachment; filename="review-access-log.csv"'

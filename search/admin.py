@@ -12,7 +12,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.translation import gettext
+from django.utils.translation import gettext, gettext_lazy
 
 from kb.library.access import staff_may
 from kb.library.admin import RecordAdminMixin, index_note_register
@@ -26,8 +26,8 @@ from search.answerability import (
 )
 from search.models import AnswerabilityModel
 
-index_note_register("reranker", rerank.status)
-index_note_register("late interaction", late.status)
+index_note_register(gettext_lazy("re-ranking"), rerank.status)
+index_note_register(gettext_lazy("passage-level matching"), late.status)
 
 
 @admin.register(AnswerabilityModel)
@@ -46,16 +46,16 @@ class AnswerabilityModelAdmin(RecordAdminMixin, admin.ModelAdmin):
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return staff_may(request.user, "search.view_answerabilitymodel") or may_accept(request.user)
 
-    @admin.display(description="Signals")
+    @admin.display(description=gettext_lazy("Signals it weighs"))
     def signals(self, obj: AnswerabilityModel) -> str:
         return ", ".join(obj.model.get("features", []))
 
-    @admin.display(description="Verdicts (answerable / not)")
+    @admin.display(description=gettext_lazy("Reviews: should answer / should refuse"))
     def verdict_counts(self, obj: AnswerabilityModel) -> str:
         on = obj.fitted_on
         return f"{on.get('answerable', '?')} / {on.get('unanswerable', '?')}" if on else "—"
 
-    @admin.display(description="CV AUC")
+    @admin.display(description=gettext_lazy("Accuracy (cross-validated AUC)"))
     def cv_auc(self, obj: AnswerabilityModel) -> str:
         chosen = obj.candidates[0] if obj.candidates else {}
         return f"{chosen['cross_validated']['auc']:.3f}" if chosen else "—"

@@ -314,6 +314,42 @@ def document_retry(*, document: Document) -> None:
     document_queue_ingest(documents=Document.objects.filter(pk=document.pk, status=Document.Status.FAILED))
 
 
+@transaction.atomic
+def document_replace_file(*, document: Document, name: str, stream: IO[bytes], size: int, by: Any = None) -> Document:
+    """Put a new file in place of `document`'s and index it again: the fix for a corrupt or wrong file, which a
+    retry would only fail on again. The document keeps its folder, its access and its place in links; the file
+    is validated as an upload is (UploadRejected says why not). Staff need the permission to change documents
+    and to read this one (kb.library.access.staff_may); a source's document is fixed at its source, which the
+    next run would copy over any replacement."""
+    if by is not None and _acts_as_staff(by) and not staff_may(by, "kb.change_document", document):
+        raise UploadRejected(f"{name}: replacing a document's file needs the permission to change documents")
+    locked = Document.objects.select_for_update().get(pk=document.pk)
+    if locked.source_id is not None:
+        raise DocumentStateConflict(f"{locked.filename}: this document comes from a source; fix the file there and "
+                                    "sync the source again")
+    from kb.library.ingest.pipeline import RUNNING
+
+    if locked.status in RUNNING:
+        raise DocumentStateConflict(f"{locked.filename}: the document is being indexed; wait until it is ready or failed")
+    mime = upload_validate(name=name, stream=stream, size=size)
+    locked.version += 1  # earlier runs of the pipeline on the old file now write nothing
+    if locked.file.name:
+        transaction.on_commit(partial(locked.file.storage.delete, locked.file.name))
+    locked.title = ""  # the new file's own title, taken when it is indexed
+    locked.filename = name
+    locked.mime_type = mime
+    locked.sha256 = _sha256(stream)
+    locked.size = size
+    locked.status = Document.Status.QUEUED
+    locked.failed_stage = ""
+    locked.failure_reason = ""
+    locked.attempts = 0  # a new file: KB_INGEST_MAX_ATTEMPTS counts its own tries
+    locked.file.save(name, File(stream, name=name), save=False)
+    locked.save()
+    _enqueue([locked.pk])
+    return locked
+
+
 def document_reindex(*, document: Document) -> None:
     """Index a ready or failed document again (e.g. a stale index version); not while it is being indexed."""
     if document.status not in (Document.Status.READY, Document.Status.FAILED):

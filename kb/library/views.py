@@ -16,6 +16,7 @@ from django.utils.formats import number_format
 from django.utils.translation import gettext
 from django.views.decorators.http import require_GET, require_POST
 
+from kb.library.access import staff_may
 from kb.library.forms import UploadForm, upload_choices
 from kb.library.ingest.extract import PDF
 from kb.library.models import Document
@@ -106,6 +107,8 @@ def library(request: HttpRequest) -> HttpResponse:
         "query": query,
         "folder": folder,
         "can_manage": manage,
+        # Replace file (the admin's form) beside Retry: for those who may change documents (staff rule, per document there).
+        "can_replace": manage and staff_may(request.user, "kb.change_document"),
     }
     if manage:
         context.update(upload_choices(request.user))

@@ -27,7 +27,7 @@ def test_an_admin_recalibrates_from_verdicts_accepts_and_reverts_in_the_admin(
     page = open_page(people["admin"])
     page.goto("/admin/search/answerabilitymodel/")
     assert "the settings’ model (KB_ANSWERABILITY)" in page.locator("#serving-model").inner_text()
-    page.get_by_role("button", name="Refit from verdicts").click()
+    page.get_by_role("button", name="Learn from verdicts").click()
     page.locator("#frontier").wait_for()
     proposal = AnswerabilityModel.objects.get()
     assert page.url.endswith(f"/admin/search/answerabilitymodel/{proposal.pk}/change/")

@@ -135,7 +135,9 @@ def test_sync_now_in_the_admin_then_an_employee_finds_the_repositorys_sentence_w
     texts = page.evaluate("window.__runTexts")
     assert any("running" in text.lower() and "indexed" in text for text in texts), texts  # progress shown while it ran
     final = page.locator(f"[data-source-run='{source.pk}']").inner_text()
-    assert "listed 13" in final and "new 13" in final and "failed 0" in final, final
+    assert "13 files" in final and "failed" not in final, final  # the list's line; every count on hover
+    counts = page.locator(f"[data-source-run='{source.pk}'] .kb-badge").get_attribute("title") or ""
+    assert "listed 13" in counts and "new 13" in counts and "failed 0" in counts, counts
     screenshot(page, "admin-source-synced")
     assert_clean(page)
     releases = Document.objects.get(source=source, source_path="docs/releases.md")

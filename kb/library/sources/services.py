@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections.abc import Sequence
@@ -35,6 +36,40 @@ def parse_every(value: str) -> int:
     if seconds < MIN_EVERY:
         raise SourceRejected(f"{value!r}: the shortest schedule is {MIN_EVERY} s")
     return seconds
+
+
+def every_text(seconds: int | None) -> str:
+    """A schedule as `parse_every` reads it, in the largest whole unit (900 -> "15m"); "" when run by hand only."""
+    if not seconds:
+        return ""
+    for unit in ("d", "h", "m"):
+        if seconds % _UNIT_SECONDS[unit] == 0:
+            return f"{seconds // _UNIT_SECONDS[unit]}{unit}"
+    return f"{seconds}s"
+
+
+def location_reachable_check(*, kind: str, location: str, secret: str = "") -> None:
+    """SourceRejected unless a folder source's directory (or a local Git repository) exists and can be read now,
+    or a site's start URL answers (with `secret` as its token), so a mistyped location is refused before a source
+    is saved rather than at its first run. Only locations within the operator's policy are looked at
+    (`source_check` applies it first, and the site's request goes only to an address it allows); a remote Git
+    URL is not fetched here (its host is checked against the policy, and the first run reports the rest)."""
+    from kb.library.sources.policy import local_root_check
+
+    try:
+        if kind == Source.Kind.FOLDER or (kind == Source.Kind.GIT and git.location_check(location) == "file"):
+            local = location.strip().removeprefix("file://")
+            real = local_root_check(local)
+            if not real.is_dir():
+                raise SourceRejected(f"{location.strip()!r}: no such directory on the server; check the path "
+                                     "(it is read by the server, not by your computer)")
+            if not os.access(real, os.R_OK | os.X_OK):
+                raise SourceRejected(f"{location.strip()!r}: the server may not read this directory; give its "
+                                     "user read access, or choose another")
+        if kind == Source.Kind.SITE:
+            site.start_check(location, token=secret or None)
+    except ListingError as exc:
+        raise SourceRejected(str(exc)) from None
 
 
 class SourceNameTaken(SourceRejected):

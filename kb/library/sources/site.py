@@ -95,6 +95,27 @@ def location_check(location: str) -> None:
     site_location_check(location)
 
 
+START_CHECK_SECONDS = 10.0  # the most an admin's Save waits for the start URL to answer
+
+
+def start_check(location: str, *, token: str | None = None) -> None:
+    """ListingError unless the start URL answers now (a status under 400), asked as a run asks it: the address
+    the policy allows (site_address_check), the crawler's user agent, `token` when given. Used before a source
+    is saved, so a mistyped address is refused at once rather than at its first run."""
+    timeout = min(settings.KB_SOURCE_SITE_TIMEOUT, START_CHECK_SECONDS)
+    limit = settings.KB_MAX_UPLOAD_MB * 2**20
+    client = _Client(delay=0, timeout=timeout, max_bytes=limit, run_bytes=limit, token=token)
+    shown = redact(location.strip())
+    try:
+        response = client.get(location.strip())
+    except OSError as exc:
+        raise ListingError(f"{shown}: the site does not answer ({exc}); check the address") from None
+    if response.status >= 400:
+        phrase = http.client.responses.get(response.status, "")
+        hint = "; give the source a token (Secret)" if response.status in (401, 403) else ""
+        raise ListingError(f"{shown}: the site answers {response.status} {phrase}{hint}")
+
+
 def _origin(parts: SplitResult) -> str:
     """scheme://host[:port] in one spelling (lower case, no default port), "" when the port is not a number."""
     try:

@@ -21,6 +21,9 @@
   var csrf = form.querySelector("input[name=csrfmiddlewaretoken]").value;
   var maxBytes = parseInt(panel.getAttribute("data-max-bytes"), 10) || Infinity;
   var maxMb = panel.getAttribute("data-max-mb");
+  // The kinds the server accepts (kb.library.ingest.extract.SUPPORTED): a file of another kind is refused as it is
+  // chosen. The server checks every upload again (type, size, content); this only saves a pointless wait.
+  var extensions = (panel.getAttribute("data-extensions") || "").split(",").filter(Boolean);
   // The page's language (Django's JavaScriptCatalog, /jsi18n/, loaded before this file).
   var gettext = window.gettext, interpolate = window.interpolate;
   function fmt(text, values) { return interpolate(text, values, true); }
@@ -149,11 +152,28 @@
       item.el = li;
       items.push(item);
       queue.appendChild(li);
-      if (file.size > maxBytes) {
-        reject(item, fmt(gettext("%(name)s: the file is %(size)s; the limit is %(limit)s MB"), { name: file.name, size: size(file.size), limit: maxMb }));
-      }
+      var refusal = refusedAtOnce(file);
+      if (refusal) reject(item, refusal);
     });
     refreshButtons();
+  }
+
+  // Why a chosen file cannot be uploaded, as the server would say it (kb.library.services.upload_validate); "" if it may.
+  function refusedAtOnce(file) {
+    var dot = file.name.lastIndexOf(".");
+    var ext = dot > 0 ? file.name.slice(dot).toLowerCase() : "";
+    var allowed = extensions.join(", ");
+    if (extensions.length && !ext) {
+      return fmt(gettext("%(name)s: files without an extension are not supported (supported: %(allowed)s)"), { name: file.name, allowed: allowed });
+    }
+    if (extensions.length && extensions.indexOf(ext) < 0) {
+      return fmt(gettext("%(name)s: %(ext)s files are not supported (supported: %(allowed)s)"), { name: file.name, ext: ext, allowed: allowed });
+    }
+    if (file.size > maxBytes) {
+      return fmt(gettext("%(name)s: the file is %(size)s; the limit is %(limit)s MB"), { name: file.name, size: size(file.size), limit: maxMb });
+    }
+    if (file.size === 0) return fmt(gettext("%(name)s: the file is empty"), { name: file.name });
+    return "";
   }
 
   // Why the server refused a request, in words with a next step (never a status code): its own `error` when
@@ -324,6 +344,8 @@
       }
       var retry = row.querySelector("[data-action=retry]");
       if (retry) retry.hidden = doc.status !== "failed";
+      var replace = row.querySelector("[data-action=replace]");
+      if (replace) replace.hidden = doc.status !== "failed";
     });
     refreshButtons();
   }

@@ -37,16 +37,28 @@
     const run = source.last_run;
     if (!run.status) { node.replaceChildren(gettext("never run")); return; }
     // kb-* classes style it in the admin, status-* in the library
-    node.replaceChildren(el("span", `kb-badge kb-${run.status} status status-${run.status}`, STATUS()[run.status] || run.status), " ",
-      el("small", "", counts(run)),
-      el("div", "kb-reason", run.reason));
+    const badge = el("span", `kb-badge kb-${run.status} status status-${run.status}`, STATUS()[run.status] || run.status);
+    let line = counts(run);
+    if (node.dataset.compact !== undefined) {  // the admin's list: the one figure that matters, the counts on hover
+      badge.title = line;
+      const values = { listed: number(run.listed), failed: number(run.failed), indexed: number(run.indexed),
+                       to_index: number(run.to_index) };
+      line = run.status === "running" ? fmt(gettext("%(indexed)s of %(to_index)s indexed"), values)
+        : fmt(run.failed ? gettext("%(listed)s files · %(failed)s failed") : gettext("%(listed)s files"), values);
+    }
+    node.replaceChildren(badge, " ", el("small", "", line), el("div", "kb-reason", run.reason));
     node.dataset.status = run.status;
   }
 
   function showLag(node, source) {
     const lag = source.index_lag;
-    node.textContent = fmt(gettext("behind %(seconds)s s · pending %(pending)s · failed %(failed)s"),
-      { seconds: number(Math.round(lag.seconds)), pending: number(lag.pending), failed: number(lag.failed) });
+    const values = { seconds: number(Math.round(lag.seconds)), pending: number(lag.pending), failed: number(lag.failed) };
+    if (node.dataset.compact !== undefined) {  // the admin's list: the lag, its figures on hover
+      node.textContent = fmt(gettext("behind %(seconds)s s"), values);
+      node.title = fmt(gettext("pending %(pending)s · failed %(failed)s"), values);
+      return;
+    }
+    node.textContent = fmt(gettext("behind %(seconds)s s · pending %(pending)s · failed %(failed)s"), values);
   }
 
   async function refresh() {
