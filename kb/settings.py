@@ -194,6 +194,11 @@ if not 0 < KB_VERDICT_MAX_JUDGE_SHARE <= 1:
 # Answers (docs/CHAT.md) ---------------------------------------------------------
 
 KB_ANSWER_BACKEND = env_str("KB_ANSWER_BACKEND", "extractive")  # extractive | local | openai | dotted.Class
+# An answer is labelled "Closest passage — may not answer your question" (chat.match) when the question and
+# the answer's text are less similar than this in the multilingual space, or when the question's nearest
+# passage stands out from its neighbours by less than the gap (docs/CHAT.md: chosen on the development sets).
+KB_ANSWER_MATCH_SIMILARITY = env_float("KB_ANSWER_MATCH_SIMILARITY", 0.86)
+KB_ANSWER_MATCH_GAP = env_float("KB_ANSWER_MATCH_GAP", 0.06)  # the nearest passage's lead over its 10th neighbour
 KB_ANSWER_TIMEOUT = env_float("KB_ANSWER_TIMEOUT", 180.0)  # seconds an answer may take at most
 KB_ANSWER_LEASE_SECONDS = env_float("KB_ANSWER_LEASE_SECONDS", 2 * KB_ANSWER_TIMEOUT + 60)  # then the sweeper fails it
 KB_ASKS_PER_MINUTE = env_int("KB_ASKS_PER_MINUTE", 20, minimum=0)  # questions per user per minute; 0: no limit
@@ -394,6 +399,7 @@ SECURE_REFERRER_POLICY = "same-origin"
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("pl", "Polski"), ("de", "Deutsch"), ("zh-hans", "简体中文")]
 LOCALE_PATHS = [BASE_DIR / "locale"]
+FORMAT_MODULE_PATH = ["kb.formats"]  # one date format per language, the scripts' too (kb/formats)
 LANGUAGE_COOKIE_SAMESITE = "Lax"
 LANGUAGE_COOKIE_SECURE = SESSION_COOKIE_SECURE
 TIME_ZONE = env_str("TIME_ZONE", "UTC")  # time zone of dates shown and logged

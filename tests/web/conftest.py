@@ -173,6 +173,9 @@ def assert_labelled(page: Any) -> None:
 
 
 def assert_fits_width(page: Any) -> None:
-    """Nothing scrolls sideways: the layout fits the viewport."""
+    """Nothing scrolls sideways: the layout fits the viewport (else the first elements reaching past it are named)."""
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-    assert overflow <= 0, f"{page.url} is {overflow}px wider than the viewport"
+    wide = page.evaluate("""() => Array.from(document.querySelectorAll('body *')).filter(e => {
+      const r = e.getBoundingClientRect(); return r.width > 0 && r.right > window.innerWidth + 1; })
+      .slice(0, 8).map(e => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().width) + 'px')""")
+    assert overflow <= 0, f"{page.url} is {overflow}px wider than the viewport: {wide}"

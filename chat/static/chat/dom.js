@@ -187,5 +187,23 @@
     search();
   }
 
-  window.KB = { el: el, csrf: csrf, safeLink: safeLink, json: json, judge: judge };
+  // The time zone the page's templates write dates in (<meta name="kb-time-zone">, templates/base.html), or undefined
+  // (the browser's own) where there is none or this browser does not know it.
+  function timeZone() {
+    var meta = document.querySelector('meta[name="kb-time-zone"]');
+    var zone = meta && meta.content ? meta.content : undefined;
+    try { new Intl.DateTimeFormat("en", { timeZone: zone }); } catch (e) { zone = undefined; }
+    return zone;
+  }
+
+  // A date as the page's templates write it (Django's DATE_FORMAT, or DATETIME_FORMAT with options.time; kb/formats),
+  // in the page's language (<html lang>) and time zone. One format per language.
+  function formatDate(value, options) {
+    var style = { dateStyle: "medium", timeZone: timeZone() };
+    if (options && options.time) style.timeStyle = "short";
+    return new Intl.DateTimeFormat(document.documentElement.lang || undefined, style).format(new Date(value));
+  }
+
+  window.KB = { el: el, csrf: csrf, safeLink: safeLink, json: json, judge: judge, formatDate: formatDate,
+                timeZone: timeZone };
 })();

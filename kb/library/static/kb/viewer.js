@@ -3,7 +3,9 @@
  * The article's textContent is exactly the canonical text (see kb/library/viewer.py), so offsets are
  * found by walking its text nodes in order. `&page=N` (PDF sources) points the
  * "Open PDF" link at that page of the original. `&focus=start,end` (the sentence an answer quotes,
- * inside the range) is marked more strongly and brought into view instead of the range's start. */
+ * inside the range) is marked more strongly and brought into view instead of the range's start. Keyboard focus moves
+ * to the passage shown, and a passage opened from an answer on the Ask page offers "Back to the answer" (the
+ * conversation the reader came from; `&answer=ID` in the link names the answer, shown as `#answer-ID` there). */
 (function () {
   "use strict";
   var root = document.getElementById("doc-text");
@@ -12,6 +14,7 @@
   var label = document.getElementById("passage-label");
   var jump = document.getElementById("passage-jump");
   var pdfLink = document.getElementById("pdf-link");
+  var back = document.getElementById("passage-back");
   var length = parseInt(root.getAttribute("data-length") || "0", 10);
   // The page's language (Django's JavaScriptCatalog, /jsi18n/, loaded before this file).
   function fmt(text, values) { return window.interpolate(text, values, true); }
@@ -50,7 +53,8 @@
     var focus = range && parseRange(params.focus);
     if (focus && !(range[0] <= focus[0] && focus[1] <= range[1])) focus = null;
     var page = /^\d+$/.test(params.page || "") ? parseInt(params.page, 10) : null;
-    return { range: range, focus: focus, page: page };
+    var answer = /^\d+$/.test(params.answer || "") ? params.answer : null;
+    return { range: range, focus: focus, page: page, answer: answer };
   }
 
   function parseRange(value) {
@@ -102,6 +106,18 @@
     if (!marks.length) return;
     marks[0].classList.add("hl-first");
     marks[0].scrollIntoView({ block: "center", behavior: smooth ? "smooth" : "auto" });
+    // The keyboard carries on from the passage (Tab goes to what follows it), and a screen reader reads it.
+    marks[0].setAttribute("tabindex", "-1");
+    marks[0].focus({ preventScroll: true });
+  }
+
+  // The Ask page's conversation this passage was opened from (the referrer, same origin only), else null.
+  function answerPage(answer) {
+    var from;
+    try { from = new URL(document.referrer); } catch (e) { return null; }
+    var conversation = from.searchParams.get("c");
+    if (from.origin !== location.origin || from.pathname !== "/" || !/^\d+$/.test(conversation || "")) return null;
+    return "/?c=" + conversation + (answer ? "#answer-" + answer : "");
   }
 
   function pageOf(mark) {
@@ -146,6 +162,11 @@
     if (bar) {
       bar.hidden = false;
       label.textContent = shown;
+    }
+    var to = back && answerPage(target.answer);
+    if (to) {
+      back.href = to;
+      back.hidden = false;
     }
     pointPdfLink(page);
     reveal(smooth);
