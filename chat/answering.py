@@ -20,6 +20,7 @@ from typing import Any, cast
 from django.db.models.functions import Length, Substr
 from django.utils.translation import gettext, gettext_noop
 
+from chat import match
 from chat.backends import Backend, BackendError, get_backend
 from chat.citations import CitationFilter, render_html
 from chat.events import ClaimPayload, Event, Timings, citation_from_source
@@ -28,6 +29,7 @@ from chat.support import quoted_at, unsupported_claims
 from kb.library.access import visible_documents
 from kb.library.models import Chunk, Document
 from kb.library.viewer import page_in
+from kb.text.sentences import INTRODUCES, introduced
 from search.retrieval import Hit, SearchOptions, SearchResult, hybrid_search, reassemble
 
 # The English sentences; each is translated where it is sent (gettext), so tests compare with these.
@@ -41,8 +43,13 @@ def _elapsed(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 2)
 
 
+INTRODUCED_CHARS = 1500  # read after a source that ends in a colon, for the list or code it introduces
+
+
 def sources_for(hits: Sequence[Hit]) -> list[Source]:
-    """The passed hits as numbered sources; a split section becomes one source of all its parts."""
+    """The passed hits as numbered sources; a split section becomes one source of all its parts, and one
+    that ends in a colon ("Run these three commands:") brings the list or code it introduces from the
+    document, wherever the chunker cut: an answer never ends on a colon with nothing after it."""
     sources: list[Source] = []
     for hit, parts in reassemble(hits):
         if len(parts) > 1:
@@ -53,6 +60,9 @@ def sources_for(hits: Sequence[Hit]) -> list[Source]:
             page = next((p.page for p in parts if p.page), None)
         else:
             start, end, text, page = hit.start, hit.end, hit.content, hit.page
+        if text.rstrip().endswith(INTRODUCES):
+            block = introduced(_canonical_slice(hit.document_id, end, end + INTRODUCED_CHARS))
+            text, end = text + block, end + len(block)
         sources.append(
             Source(
                 number=len(sources) + 1, chunk_id=hit.chunk_id, document_id=hit.document_id,
@@ -204,6 +214,7 @@ def _answered(record: AnswerRecord, *, user: Any, question: str, message: int, r
     sources = sources_for(result.passed)
     timings["retrieval_ms"] = _elapsed(started)
     prompt = build_prompt(question=question, intent=result.intent, sources=sources, earlier=earlier)
+    gap = result.signals.gap if result.signals else None
     del result  # the ranked candidates and their vectors are not needed past this point
     backend = backend or get_backend()
     given = {s.document_id for s in sources}
@@ -248,9 +259,11 @@ def _answered(record: AnswerRecord, *, user: Any, question: str, message: int, r
     yield {"type": "citations", "message": message, "citations": [citation_from_source(s) for s in cited]}
     # A claim as found is a ClaimPayload with no verdict yet (mypy cannot widen to the optional keys).
     unsupported = cast(list[ClaimPayload], unsupported_claims(stream.text, {s.number: s.text for s in cited}))
+    matched = match.signals(question=question, answer=stream.text, gap=gap)
     timings["total_ms"] = _elapsed(started)
     yield {
-        "type": "done", "message": message, "text": stream.text,
+        "type": "done", "message": message, "text": stream.text, "match": matched.level(),
+        "match_signals": {"similarity": matched.similarity, "gap": matched.gap},
         "html": render_html(stream.text, {s.number: s for s in cited}, unsupported=unsupported),
         "intent": prompt.intent, "backend": backend.name, "model": backend.model, "notice": backend.notice,
         "timings": timings, "withheld": False, "unsupported": unsupported,

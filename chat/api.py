@@ -22,7 +22,7 @@ from chat.events import CitationPayload, EventSchema
 from chat.judgements import JudgementView
 from chat.models import Conversation, Judgement, Message, ReviewAccess
 from chat.selectors import FeedbackView, MessagePage, MessageView, ReviewView
-from kb.api_contract import BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, TypedIn
+from kb.api_contract import BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, StrictIn, TypedIn
 
 router = Router(tags=["chat"], auth=api_auth(Scope.ASK))
 
@@ -92,6 +92,8 @@ class MessageOut(Schema):
     backend: str
     model: str
     notice: str
+    match: str = Field(description="How well the answer matches its question: \"quoted\", \"closest\" (may not "
+                                   "answer it: the page says so), or empty for a refusal, a failure or an older answer")
     timings: TimingsOut
     citations: list[CitationPayload]
     restricted_citations: list[int]
@@ -121,6 +123,12 @@ class ConversationSummaryOut(Schema):
     title: str
     created_at: datetime
     updated_at: datetime
+    questions: int = Field(description="Questions asked in it")
+
+
+class ConversationIn(StrictIn):
+    title: str = Field(min_length=1, max_length=services.TITLE_MAX, pattern=NO_NUL,
+                       description="Shown as one line (runs of spaces and line breaks become one space)")
 
 
 class FeedbackIn(TypedIn):
@@ -164,6 +172,8 @@ class ReviewAnswerBriefOut(Schema):
     conversation: int
     owner: str
     question: str
+    follows: str = Field(default="", description="The question asked before this one in the conversation (what a "
+                                                 "follow-up builds on); empty for a first question")
     status: str
     text: str = Field(description=f"The first {PREVIEW_CHARS * 4} characters of the answer")
     text_truncated: bool
@@ -184,14 +194,59 @@ class VerdictIn(TypedIn):
     verdict: Literal["confirmed", "dismissed"]
 
 
-class ReviewFilter(Schema):
+ReviewQueue = Literal["unreviewed", "rated_down", "refused", "flagged", "all"]
+QUEUE_HELP = ("unreviewed: finished answers and refusals no reviewer has judged; rated_down: the asker's thumbs "
+              "down; refused; flagged: a reviewer's flag on the answer or a citation; all")
+
+
+class ReviewNarrow(Schema):
+    folder: int | None = Field(default=None, ge=1, le=2**63 - 1,
+                               description="Only answers drawing on a document in this folder")
+    q: str = Field(default="", max_length=selectors.SEARCH_MAX, pattern=NO_NUL,
+                   description="Only answers whose question or text holds each word (answers withheld from the "
+                               "caller are never searched)")
+
+
+class ReviewFilter(ReviewNarrow):
     flagged: bool | None = None
     status: Literal["pending", "running", "done", "refused", "failed"] | None = None
+    queue: ReviewQueue | None = Field(default=None, description=f"The review queue: {QUEUE_HELP}. With `queue`, "
+                                      "`folder` or `q`, answers withheld from the caller are left out (GET "
+                                      "/review/counts counts them as `hidden`); without, they are listed withheld")
     limit: int = Field(default=20, ge=1, le=100)
     before: int | None = Field(default=None, description="Only answers with a smaller id (the next page)")
 
 
+class ReviewCountsIn(ReviewNarrow):
+    queue: ReviewQueue = Field(default="unreviewed", description="The queue the folder counts are of")
+
+
+class QueueCountsOut(Schema):
+    unreviewed: int
+    rated_down: int
+    refused: int
+    flagged: int
+    all: int
+
+
+class FolderCountOut(Schema):
+    id: int
+    name: str
+    count: int = Field(description="Answers of the queue drawing on a document in the folder")
+
+
+class ReviewCountsOut(Schema):
+    queues: QueueCountsOut = Field(description="Answers in each queue (in `folder`, matching `q`) the caller may "
+                                               "see in full")
+    folders: list[FolderCountOut] = Field(description="Folders the caller knows of with answers of `queue` "
+                                                      "(matching `q`)")
+    hidden: int = Field(description="Answers withheld from the caller (they draw on a document the caller may not "
+                                    "read): never listed, and the same whatever the queue, folder or search")
+
+
 class ConversationPage(Schema):
+    q: str = Field(default="", max_length=200, pattern=NO_NUL,
+                   description="Only conversations whose title or one of whose questions holds every word")
     limit: int = Field(default=50, ge=1, le=200)
     # Bounded: PostgreSQL refuses an OFFSET past bigint, which was a 500.
     offset: int = Field(default=0, ge=0, le=2**31 - 1, description="Conversations to skip (the next page: offset + limit)")
@@ -226,7 +281,7 @@ def _message(view: MessageView, judged: dict[int, list[dict[str, Any]]]) -> dict
     return {
         "id": m.pk, "role": m.role, "status": m.status, "text": view.text, "html": view.html,
         "withheld": view.withheld, "intent": m.intent, "refusal_reason": view.refusal_reason, "error": view.error,
-        "backend": m.backend, "model": m.model, "notice": m.notice, "timings": view.timings,
+        "backend": m.backend, "model": m.model, "notice": m.notice, "match": m.match, "timings": view.timings,
         "citations": view.citations, "restricted_citations": view.restricted, "unsupported": view.unsupported,
         "rating": m.rating, "judgements": judged.get(m.pk, []), "review_grants": view.grants,
         "created_at": m.created_at, "events": selectors.message_events(view),
@@ -270,7 +325,8 @@ def _review_brief(review: ReviewView, judged: dict[int, list[dict[str, Any]]]) -
                                             "page")} | {"quote": quote, "quote_truncated": cut})
     return {
         "id": m.pk, "conversation": m.conversation_id, "owner": m.conversation.owner.get_username(),
-        "question": m.question.text if m.question else "", "status": m.status, "text": text,
+        "question": m.question.text if m.question else "", "follows": getattr(m, "follows", None) or "",
+        "status": m.status, "text": text,
         "text_truncated": text_truncated, "withheld": view.withheld, "refusal_reason": view.refusal_reason,
         "error": view.error, "backend": m.backend, "citations": citations, "restricted_citations": view.restricted,
         "unsupported": view.unsupported, "feedback": [_feedback(f) for f in review.feedback],
@@ -303,8 +359,22 @@ def ask(request: HttpRequest, payload: AskIn) -> Status[dict[str, Any]]:
 
 @router.get("/conversations", response={200: list[ConversationSummaryOut], **PARAMS})
 def conversations(request: HttpRequest, page: Query[ConversationPage]) -> Any:
-    """The caller's conversations, most recently active first, a page at a time."""
-    return selectors.conversation_list(user=request.user, limit=page.limit, offset=page.offset)
+    """The caller's conversations, most recently active first, a page at a time; `q` searches their titles and
+    questions (the caller's own only)."""
+    return services.conversation_search(user=request.user, query=page.q, limit=page.limit, offset=page.offset)
+
+
+@router.patch("/conversations/{conversation_id}", response={200: ConversationSummaryOut, **BODY, **NOT_FOUND})
+def conversation_rename(request: HttpRequest, conversation_id: int, payload: ConversationIn) -> Conversation:
+    """Rename one of your conversations (others: 404)."""
+    return services.conversation_rename(user=request.user, conversation_id=conversation_id, title=payload.title)
+
+
+@router.delete("/conversations/{conversation_id}", response={204: None, **PARAMS, **NOT_FOUND})
+def conversation_delete(request: HttpRequest, conversation_id: int) -> Status[None]:
+    """Delete one of your conversations for good, with its answers and the verdicts on them (others: 404)."""
+    services.conversation_delete(user=request.user, conversation_id=conversation_id)
+    return Status(204, None)
 
 
 @router.get("/conversations/{conversation_id}", response={200: ConversationOut, **PARAMS, **NOT_FOUND})
@@ -384,11 +454,26 @@ def review_answers(request: HttpRequest, filters: Query[ReviewFilter]) -> list[d
     first: quotes and long answers
     trimmed (GET /review/answers/{id} has them whole); `before=<last id>` is the next page (support staff only)."""
     _require_reviewer(request)
-    answers = selectors.review_answers(flagged=filters.flagged, status=filters.status, limit=filters.limit,
-                                       before=filters.before)
-    reviews = selectors.review_views(answers, viewer=request.user, surface=_surface(request))
+    if filters.queue or filters.folder or filters.q.strip():
+        reviews = selectors.review_queue(reviewer=request.user, queue=filters.queue or "all", folder=filters.folder,
+                                         search=filters.q, flagged=filters.flagged, status=filters.status,
+                                         limit=filters.limit, before=filters.before, surface=_surface(request))
+    else:
+        answers = selectors.review_answers(flagged=filters.flagged, status=filters.status, limit=filters.limit,
+                                           before=filters.before)
+        reviews = selectors.review_views(answers, viewer=request.user, surface=_surface(request))
     judged = _judgements([r.answer for r in reviews], viewer=request.user, everyone=True)
     return [_review_brief(r, judged) for r in reviews]
+
+
+@router.get("/review/counts", response={200: ReviewCountsOut, **PARAMS, **NOT_FOUND}, tags=["review"])
+def review_counts(request: HttpRequest, filters: Query[ReviewCountsIn]) -> dict[str, Any]:
+    """The review desk's counts: each queue's answers, each folder's, and how many answers are withheld from the
+    caller (a number only: nothing else about them is listed, searched or counted) (support staff only)."""
+    _require_reviewer(request)
+    counts = selectors.review_counts(reviewer=request.user, queue=filters.queue, folder=filters.folder,
+                                     search=filters.q)
+    return {"queues": counts.queues, "folders": [vars(f) for f in counts.folders], "hidden": counts.hidden}
 
 
 @router.get("/review/answers/{message_id}", response={200: ReviewAnswerOut, **PARAMS, **NOT_FOUND}, tags=["review"])

@@ -124,20 +124,23 @@ class CitationFilter:
         return self._emit(ready) if ready else ""
 
     def _emit(self, ready: str) -> str:
-        cleaned = self.clean(ready)
+        cleaned = self.clean(ready, line_start=not self._out or self._out[-1].endswith("\n"))
         if cleaned:
             self._out.append(cleaned)
         return cleaned
 
-    def clean(self, text: str) -> str:
-        """Apply the rules to a complete stretch of text (no construct cut in two)."""
+    def clean(self, text: str, *, line_start: bool = True) -> str:
+        """Apply the rules to a complete stretch of text (no construct cut in two); `line_start`: whether the
+        stretch starts a line (a stretch that starts at "[3]:" mid-line is a citation before a colon, not a
+        reference definition)."""
         text = LINK.sub(self._link, text)
         text = AUTOLINK.sub(lambda m: _inert(m.group(1)), text)
         text = LINK_TAG.sub("", text)
         text = URL.sub(lambda m: _inert(m.group(1)), text)
         text = MARKER.sub(self._marker, text)
         text = text.replace("](", "] (")  # whatever is left can never form an inline link
-        return REFERENCE_DEFINITION.sub(r"\1 :", text)
+        return REFERENCE_DEFINITION.sub(
+            lambda m: m.group() if m.start() == 0 and not line_start else f"{m.group(1)} :", text)
 
     def _link(self, match: re.Match[str]) -> str:
         label, target = match.group(1).strip(), match.group(2).strip()

@@ -130,6 +130,11 @@ class ClaimPayload(UnsupportedClaim):
     judged_at: NotRequired[str]  # ISO 8601: when the reviewer gave the verdict
 
 
+class MatchPayload(TypedDict):
+    similarity: float
+    gap: float | None
+
+
 class DoneEvent(TypedDict):
     type: Literal["done"]
     message: int
@@ -142,6 +147,8 @@ class DoneEvent(TypedDict):
     timings: Timings
     withheld: bool  # True when this reader may not see a document the answer drew on (only ever in replay)
     unsupported: list[ClaimPayload]
+    match: NotRequired[str]  # chat.match: "quoted" or "closest" (may not answer the question)
+    match_signals: NotRequired[MatchPayload]
 
 
 class RefusedEvent(TypedDict):

@@ -7,6 +7,7 @@ import uuid
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 from pgvector.django import VectorField
 
 from kb.library.models import EMBEDDING_DIMENSIONS
@@ -66,6 +67,8 @@ class Message(models.Model):
     backend = models.CharField(max_length=40, blank=True)
     model = models.CharField(max_length=200, blank=True)
     notice = models.CharField(max_length=300, blank=True, help_text="Shown with the answer, e.g. a small model's caveat")
+    match = models.CharField(max_length=16, blank=True,
+                             help_text="How well the answer matches its question (chat.match): quoted, or closest")
     # Every document handed to the generator, cited or not: the answer may draw on any of them,
     # so it is shown only to readers who may read them all (chat.selectors).
     source_documents = ArrayField(models.BigIntegerField(), default=list, blank=True)
@@ -157,6 +160,8 @@ class Feedback(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-pk"]
+        verbose_name = _("citation flag")
+        verbose_name_plural = _("citation flags")
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} on message {self.message_id}"

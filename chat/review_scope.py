@@ -12,21 +12,23 @@ only for groups they belong to and folders they may read, so nobody opens more t
 
 from __future__ import annotations
 
+import functools
 import itertools
+import operator
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from accounts.acl import is_active_user
 from chat import conf
 from chat.models import ReviewAccess, ReviewGrant
 from chat.spreadsheet import csv_lines
 from kb.library.access import folder_documents, folders_readable, group_documents
-from kb.library.models import Folder
+from kb.library.models import Document, Folder
 
 
 @dataclass
@@ -46,6 +48,16 @@ class ReviewScope:
             for pk in rows.filter(pk__in=documents).values_list("pk", flat=True):
                 covered.setdefault(pk, []).append(grant.scope)
         return covered
+
+    def documents(self) -> QuerySet[Document]:
+        """covering() as a query: every document a grant covers (none without grants), for lists and counts."""
+        covered = [Q(pk__in=(group_documents(grant.group_id) if grant.group_id
+                             else folder_documents(grant.folder_id or 0)).values("pk")) for grant in self.grants]
+        return Document.objects.filter(functools.reduce(operator.or_, covered)) if covered else Document.objects.none()
+
+    def folder_ids(self) -> list[int]:
+        """The folders the grants name: a reviewer knows of those, whether or not they read them."""
+        return [grant.folder_id for grant in self.grants if grant.folder_id]
 
 
 def is_reviewer(user: Any) -> bool:

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from django.db import reset_queries, transaction
-from django.db.models import Q, Value
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Concat
 from django.utils import timezone, translation
 from django.utils.translation import gettext, gettext_noop
@@ -122,6 +122,59 @@ def _check_rate(user: Any) -> None:
 def _title(question: str) -> str:
     line = " ".join(question.split())
     return line if len(line) <= 120 else line[:119].rsplit(" ", 1)[0] + "…"
+
+
+TITLE_MAX = 200  # Conversation.title
+SEARCH_WORDS = 8  # words of a conversation search that count: each one is a condition
+
+
+def _summaries(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:
+    """With `questions`: how many the owner asked in each (the history list tells look-alike titles apart by it)."""
+    return conversations.annotate(questions=Count("messages", filter=Q(messages__role=Message.Role.USER)))
+
+
+def conversation_search(*, user: Any, query: str = "", limit: int = 50, offset: int = 0) -> list[Conversation]:
+    """`user`'s own conversations, most recently active first, `questions` counted; with `query`, only those whose
+    title or one of whose questions holds every word of it (ignoring case). The owner is the first condition, so
+    nobody's search reaches another person's conversations, reviewers' included (they read them on the desk)."""
+    if not is_active_user(user):
+        return []
+    found = Conversation.objects.filter(owner=user)
+    for word in query.split()[:SEARCH_WORDS]:
+        asked = Message.objects.filter(conversation=OuterRef("pk"), role=Message.Role.USER, text__icontains=word)
+        found = found.filter(Q(title__icontains=word) | Exists(asked))
+    # A list, not a lazy queryset: a database lost while serialising would be a 500, not the API's 503.
+    return list(_summaries(found).order_by("-updated_at", "-pk")[offset : offset + limit])
+
+
+def conversation_rename(*, user: Any, conversation_id: int, title: str) -> Conversation:
+    """Give one of `user`'s conversations a title of their own (one line; it was their first question). It keeps
+    its place in the history: renaming is not activity, so `updated_at` stays."""
+    title = " ".join(title.split())
+    if not title:
+        raise ChatError(gettext("the title is empty"))
+    if len(title) > TITLE_MAX:
+        raise ChatError(gettext("the title is longer than %(max)s characters") % {"max": TITLE_MAX})
+    owned = Conversation.objects.filter(pk=conversation_id, owner=user) if is_active_user(user) else None
+    if owned is None or not owned.update(title=title):
+        raise NotFound(gettext("no such conversation"))
+    return _summaries(owned).get()
+
+
+def conversation_delete(*, user: Any, conversation_id: int) -> None:
+    """Delete one of `user`'s conversations for good: its questions, answers, citations, flags and verdicts.
+
+    A real delete, not one hidden from the owner only: the questions are the employee's own words, and "Delete"
+    on the Ask page promises they are gone, from the review desk and the content gaps too, which read the same
+    rows and so simply no longer list them (a reviewer acting on one gets "no such answer"). The verdicts on its
+    answers go with them: the evaluation set they would join (`export_judgements`) needs the question, which is
+    what the owner took back. Nothing else holds a key to them: the review access log keeps an answer's number by
+    design. Its stream refuses from then on (the consumer finds no conversation of theirs, 4403), as does asking
+    in it; a worker still writing one of its answers updates no row (its claim, and every write, match nothing).
+    """
+    owned = Conversation.objects.filter(pk=conversation_id, owner=user) if is_active_user(user) else None
+    if owned is None or not owned.delete()[0]:  # one transaction, cascades included
+        raise NotFound(gettext("no such conversation"))
 
 
 class _Writer:
@@ -288,7 +341,10 @@ def _store(writer: _Writer, event: Event, record: AnswerRecord) -> str | None:
         return None
     if event["type"] == "done":
         claims = [claim | {"verdict": Message.Verdict.OPEN.value} for claim in event["unsupported"]]
-        writer.finish(event, status=Message.Status.DONE, text=event["text"], unsupported=claims, **event["timings"])
+        # The label goes to the reader; the numbers behind it stay with the evaluation (they are retrieval's).
+        sent = cast(Event, {k: v for k, v in event.items() if k != "match_signals"})
+        writer.finish(sent, status=Message.Status.DONE, text=event["text"], unsupported=claims,
+                      match=event.get("match", ""), **event["timings"])
         return Message.Status.DONE
     if event["type"] == "error":
         fields: dict[str, Any] = {"status": Message.Status.FAILED, "error": event["error"]}

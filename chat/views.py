@@ -9,8 +9,11 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
+from django.utils.http import urlencode
+from django.utils.translation import gettext_lazy
 
 from chat import gaps as content_gaps
+from chat import selectors
 from chat.selectors import is_reviewer
 
 
@@ -20,13 +23,28 @@ def ask(request: HttpRequest) -> HttpResponse:
     return render(request, "chat/ask.html", {"max_question": 2000})
 
 
+REVIEW_QUEUES = (("unreviewed", gettext_lazy("Unreviewed")), ("rated_down", gettext_lazy("Rated down")),
+                 ("refused", gettext_lazy("Refused")), ("flagged", gettext_lazy("Flagged")),
+                 ("all", gettext_lazy("All answers")))
+
+
 @login_required
 def review(request: HttpRequest) -> HttpResponse:
-    """The review desk for support staff; everyone else gets the same 404 as for a missing page."""
+    """The review desk for support staff; everyone else gets the same 404 as for a missing page. `?filter=` picks
+    the queue (default unreviewed), `folder` and `q` narrow it; the counts come from chat.selectors.review_counts."""
     if not is_reviewer(request.user):
         raise Http404("No such page")
-    flagged = request.GET.get("filter") == "flagged"
-    return render(request, "chat/review.html", {"flagged": flagged})
+    queue = request.GET.get("filter", "")
+    queue = queue if queue in selectors.QUEUES else "unreviewed"
+    folder_id = request.GET.get("folder", "")
+    folder = int(folder_id) if folder_id.isascii() and folder_id.isdigit() and len(folder_id) <= 18 and int(folder_id) > 0 else None
+    search = request.GET.get("q", "").replace("\x00", "")[: selectors.SEARCH_MAX].strip()
+    counts = selectors.review_counts(reviewer=request.user, queue=queue, folder=folder, search=search)
+    narrow: dict[str, str | int] = {**({"folder": folder} if folder else {}), **({"q": search} if search else {})}
+    tabs = [{"queue": name, "label": label, "count": counts.queues[name], "query": urlencode({"filter": name, **narrow})}
+            for name, label in REVIEW_QUEUES]
+    return render(request, "chat/review.html", {"queue": queue, "folder": folder, "search": search, "tabs": tabs,
+                                                "counts": counts})
 
 
 @login_required

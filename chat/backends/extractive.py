@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from chat import sentences as scoring
 from chat.prompts import Prompt
 from chat.support import terms
+from kb.text.sentences import BULLET, INTRODUCES
 from kb.text.sentences import split as split_sentences
 
 MAX_CHARS = 450  # runners-up join while the answer stays under this (mean answer on ../shared/eval: ~380 characters)
@@ -38,12 +39,11 @@ WRAPPED = 60  # a line this long that ends mid-sentence was wrapped by its write
 MAX_STEPS = 8
 LEANS_BACK = 2  # sentences a dependent opener may bring before it, when the one it leans on is dependent too
 PROCEDURE_BONUS = 0.3
-WEAK = 0.34  # share of the question's rare-word weight matched below which the answer says it may be partial
 
 HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
 TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}")
-BULLET = re.compile(r"^\s*(?:[-*+•]|\d{1,2}[.)])\s+")
-NUMBERED = re.compile(r"^\s*\d{1,2}[.)]\s+")
+NUMBERED = re.compile(r"^\s*(\d{1,2})[.)]\s+")
+LIST_LINE = re.compile(r"^(?:\d{1,2}\.|•) ")  # a quoted list item's line: it starts a line of the answer
 IMAGE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)")
 TAG = re.compile(r"</?[a-zA-Z][^<>\n]*>")
 # A Markdown link reads as its text: its target (often a site generator's `{% page "…" %}`) means nothing
@@ -76,6 +76,7 @@ class Unit:
     text: str
     block: int  # paragraph, list or code block it belongs to
     kind: str  # "prose", "item", "step" (numbered item), "row", "code"
+    ordinal: int = 0  # a numbered item's own number in the source
 
 
 def _clean(line: str) -> str:
@@ -107,10 +108,12 @@ def units(number: int, text: str) -> list[Unit]:
     previous = "blank"
     pending: list[str] = []  # the lines of the paragraph or list item being read
 
+    ordinal = 0
+
     def add(piece: str, kind: str) -> None:
         if len(piece) > MAX_SENTENCE_CHARS:
             piece = piece[:MAX_SENTENCE_CHARS].rsplit(" ", 1)[0] + " …"
-        out.append(Unit(number, len(out), piece, block, kind))
+        out.append(Unit(number, len(out), piece, block, kind, ordinal if kind == "step" else 0))
 
     def flush() -> None:
         if pending:
@@ -140,11 +143,13 @@ def units(number: int, text: str) -> list[Unit]:
             flush()
             previous = "blank"
             continue
+        own = 0
         if stripped.startswith("|"):
             kind = "row"
             stripped = scoring.ROW_JOINER.join(cell.strip() for cell in stripped.strip("|").split("|") if cell.strip())
         elif BULLET.match(stripped):
-            kind = "step" if NUMBERED.match(stripped) else "item"
+            numbered = NUMBERED.match(stripped)
+            kind, own = ("step", int(numbered.group(1))) if numbered else ("item", 0)
             stripped = BULLET.sub("", stripped)
         elif previous in ("prose", "item", "step") and _continues(pending[-1], stripped):
             pending.append(stripped)  # the paragraph or item goes on
@@ -152,6 +157,7 @@ def units(number: int, text: str) -> list[Unit]:
         else:
             kind = "prose"
         flush()
+        ordinal = own
         # A list or table stays one block across its items; prose starts a block after a blank line.
         if previous == "blank" or (kind != previous and not {kind, previous} <= {"item", "step"}):
             block += 1
@@ -174,8 +180,14 @@ def _cite(sentence: str, number: int) -> str:
     return f"{sentence} [{number}]"
 
 
-def _line(unit: Unit) -> str:
-    return f"`{unit.text}` [{unit.number}]" if unit.kind == "code" else _cite(unit.text, unit.number)
+def _line(unit: Unit, marker: str | None = None) -> str:
+    """A quoted unit as a line of the answer; a list item keeps its own number, or a bullet (`marker`
+    overrides both)."""
+    if unit.kind == "code":
+        return f"`{unit.text}` [{unit.number}]"
+    if marker is None:
+        marker = f"{unit.ordinal}." if unit.ordinal else "•" if unit.kind in ("item", "step") else ""
+    return f"{marker} {_cite(unit.text, unit.number)}" if marker else _cite(unit.text, unit.number)
 
 
 def _with_context(best: Unit, all_units: Sequence[Unit]) -> list[Unit]:
@@ -191,8 +203,11 @@ def _with_context(best: Unit, all_units: Sequence[Unit]) -> list[Unit]:
         chosen.insert(0, same[at])
     if best.kind == "row" and i > 0 and same[0].kind == "row" and same[0] is not best:
         chosen.insert(0, same[0])  # a table row reads with its header
-    if best.text.endswith(":") and i + 1 < len(same):
-        chosen.append(same[i + 1])
+    if best.text.endswith(INTRODUCES) and i + 1 < len(same):
+        follows = same[i + 1]
+        # What a colon introduces comes whole: every item of the list, the code, the table.
+        chosen.extend([u for u in same[i + 1:] if u.block == follows.block][:MAX_STEPS]
+                      if follows.kind != "prose" else [follows])
     elif i + 1 < len(same) and (same[i + 1].kind, same[i + 1].block) == (best.kind, best.block) \
             and CARRIES_OUT.match(same[i + 1].text):
         chosen.append(same[i + 1])
@@ -207,11 +222,21 @@ def _steps(best: Unit, all_units: Sequence[Unit]) -> list[Unit] | None:
     (prose and commands, in order) holding it. None when there are none."""
     same = [u for u in all_units if u.number == best.number]
     if best.kind == "step":
-        return [u for u in same if u.block == best.block and u.kind == "step"][:MAX_STEPS]
+        return _whole([u for u in same if u.block == best.block and u.kind == "step"][:MAX_STEPS], same)
     # A section of instructions reads from its start: later commands refer to earlier ones.
-    run = [u for u in same if u.kind in ("prose", "code", "step")][:MAX_STEPS]
+    run = _whole([u for u in same if u.kind in ("prose", "code", "step")][:MAX_STEPS], same)
     # Instructions mean at least one command or numbered step, or several sentences to follow.
     return run if len(run) >= 3 and any(u.kind in ("code", "step") for u in run) else None
+
+
+def _whole(run: list[Unit], same: Sequence[Unit]) -> list[Unit]:
+    """`run` cut at MAX_STEPS, but never after a colon: the last step keeps the command it introduces."""
+    if not run or not run[-1].text.endswith(INTRODUCES):
+        return run
+    after = same.index(run[-1]) + 1
+    if after < len(same) and same[after] not in run:
+        run.extend([u for u in same[after:] if u.block == same[after].block][:MAX_STEPS])
+    return run
 
 
 def _repeats(unit: Unit, quoted: set[Unit]) -> bool:
@@ -246,7 +271,14 @@ def compose(prompt: Prompt) -> list[list[str]]:
     best = all_units[order[0]]
     steps = _steps(best, all_units) if how_to else None
     if steps:
-        lead = [f"{k}. {_line(u)}" for k, u in enumerate(steps, 1)]
+        # The source's own numbers where it numbers the steps, else ours.
+        # Where the source numbers its steps, those numbers and nothing else (the sentence that introduces the
+        # list is not a step); else ours. A command belongs to the step that introduces it, not a step of its own.
+        own = any(u.ordinal for u in steps)
+        lead, k = [], 0
+        for u in steps:
+            k += u.kind != "code"
+            lead.append(_line(u) if u.kind == "code" or own else _line(u, f"{k}."))
         paragraphs = [["\n".join(lead)]]
         used = set(steps)
     else:
@@ -267,8 +299,6 @@ def compose(prompt: Prompt) -> list[list[str]]:
             if picks >= MAX_PICKS:
                 break
         paragraphs = list(grouped.values())
-    if scored.coverage[order[0]] < WEAK:
-        paragraphs.append(["These passages may not answer the whole question; open the cited sources to check."])
     return paragraphs
 
 
@@ -281,7 +311,8 @@ class ExtractiveBackend:
         # Sentence by sentence, as a model would stream it.
         for i, paragraph in enumerate(compose(prompt)):
             for j, sentence in enumerate(paragraph):
-                yield ("\n\n" if i and not j else " " if j else "") + sentence
+                listed = j and (LIST_LINE.match(sentence) or LIST_LINE.match(paragraph[j - 1]))
+                yield ("\n\n" if i and not j else "\n" if listed else " " if j else "") + sentence
 
     def release(self) -> None:
         return None

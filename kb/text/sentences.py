@@ -68,3 +68,42 @@ def split(text: str) -> list[str]:
     """`text` as its sentences, each stripped, none empty."""
     bounds = [0, *sentence_starts(text), len(text)]
     return [piece for a, b in zip(bounds, bounds[1:], strict=False) if (piece := text[a:b].strip())]
+
+
+# A list item's marker: a bullet, or a number with a stop or bracket ("3.", "3)").
+BULLET = re.compile(r"^\s*(?:[-*+•]|\d{1,2}[.)])\s+")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
+INTRODUCES = (":", "：")  # a sentence ending so introduces a list, a command or code that follows
+
+
+def introduced(text: str) -> str:
+    """The block at the start of `text` that a sentence ending in a colon introduces: a code fence whole,
+    a list's items (across blank lines between them), else the next paragraph; with the blank lines before
+    it. A fence left open, or a block running to the end of `text`, loses its unfinished last line: the
+    block is read from a window, and a half-quoted command is worse than none."""
+    lines = text.splitlines(keepends=True)
+    i = 0
+    while i < len(lines) and not lines[i].strip():
+        i += 1
+    if i == len(lines) or _HEADING.match(lines[i]):
+        return ""
+    if lines[i].strip().startswith("```"):
+        for j in range(i + 1, len(lines)):
+            if lines[j].strip().startswith("```"):
+                return "".join(lines[: j + 1])
+        return ""
+    listed = bool(BULLET.match(lines[i]))
+    j = i
+    while j < len(lines) and not _HEADING.match(lines[j]):
+        if not lines[j].strip():
+            k = j
+            while k < len(lines) and not lines[k].strip():
+                k += 1
+            if not (listed and k < len(lines) and BULLET.match(lines[k])):
+                return "".join(lines[:j])
+            j = k
+            continue
+        j += 1
+    if j == len(lines) and not text.endswith("\n"):
+        j -= 1  # the window cut the last line
+    return "".join(lines[:j]) if j > i else ""

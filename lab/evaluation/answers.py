@@ -24,6 +24,7 @@ from typing import Any
 
 from chat.answering import answer_events
 from chat.backends import Backend, get_backend
+from chat.match import CLOSEST
 from chat.support import cited_sentences
 from lab.evaluation.metrics import normalize, percentile, rate
 from search.retrieval import SearchResult
@@ -48,6 +49,7 @@ def answer_record(*, backend: Backend, user: Any, query: str, result: SearchResu
             quotes = [c["quote"] for c in event["citations"]]
         elif event["type"] == "done":
             answer.update(text=event["text"], first_token_ms=event["timings"]["first_token_ms"],
+                          match=event.get("match"), match_signals=event.get("match_signals"),
                           cited_sentences=len(cited_sentences(event["text"])),
                           unsupported=[c["sentence"] for c in event["unsupported"]])
         elif event["type"] == "error":
@@ -107,12 +109,19 @@ def score_answers(*, questions: Sequence[Mapping[str, Any]], ood: Sequence[Mappi
             "needle": not answer["refused"] and holds_needle(answer["text"], q["needle"]),
             "cited": passage_cited(answer.get("quotes", []), q["needle"]),
             "refused": answer["refused"],
+            "weak": not answer["refused"] and answer.get("match") == CLOSEST,
         }
     slices: dict[str, list[Mapping[str, Any]]] = {"all": list(questions)}
     for key in ("phrasing", "intent"):
         for q in questions:
             slices.setdefault(f"{key}={q[key]}", []).append(q)
     answered = [r["answer"] for r in by_id.values() if not r["answer"]["refused"] and r["answer"]["text"]]
+    # The match label's worth: how often "closest" lands on a wrong answer (the needle missing, or any
+    # answer to an out-of-domain query) and on a right one.
+    given = [q for q in questions if not per_question[q["id"]]["refused"]]
+    right = [per_question[q["id"]]["weak"] for q in given if per_question[q["id"]]["needle"]]
+    wrong = [per_question[q["id"]]["weak"] for q in given if not per_question[q["id"]]["needle"]] + [
+        by_id[q["id"]]["answer"].get("match") == CLOSEST for q in ood if not by_id[q["id"]]["answer"]["refused"]]
     ttft = [a["first_token_ms"] for a in answered if a.get("first_token_ms") is not None]
     cited_sentences = sum(a.get("cited_sentences", 0) for a in answered)
     unsupported = sum(len(a.get("unsupported", [])) for a in answered)
@@ -128,6 +137,8 @@ def score_answers(*, questions: Sequence[Mapping[str, Any]], ood: Sequence[Mappi
         "supported": rate(cited_sentences - unsupported, cited_sentences),
         "in_domain_refused": _slice([per_question[q["id"]]["refused"] for q in questions]),
         "ood_refused": _slice([by_id[q["id"]]["answer"]["refused"] for q in ood]),
+        "weak_on_wrong": _slice(wrong),
+        "weak_on_right": _slice(right),
         "errors": sum(1 for r in by_id.values() if r["answer"].get("error")),
         "mean_chars": sum(len(a["text"]) for a in answered) / len(answered) if answered else 0.0,
         "first_token_p50_ms": percentile(ttft, 50) if ttft else None,
@@ -152,6 +163,8 @@ def render_answers(figures: Mapping[str, Any], *, backend: str) -> list[str]:
         f"cited sentences supported by their quote: {cell(s)}",
         f"in-domain refused {cell(figures['in_domain_refused'])} · out-of-domain refused "
         f"{cell(figures['ood_refused'])} · errors {figures['errors']}",
+        f"labelled \"closest passage\": on wrong answers {cell(figures['weak_on_wrong'])} · on right answers "
+        f"{cell(figures['weak_on_right'])}",
         f"mean answer length {figures['mean_chars']:.0f} characters · time to first token "
         + (f"p50 {p50:.0f} ms / p95 {p95:.0f} ms" if p50 is not None else "n/a"),
     ]

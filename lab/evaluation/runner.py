@@ -455,6 +455,8 @@ def query_summaries(eval_set: EvalSet, run: Mapping[str, Any], figures: Mapping[
             summary["answer"] = _dump_answer(record["answer"])
             summary["answer"].update(first_token_ms=record["answer"]["first_token_ms"],
                                      unsupported=record["answer"].get("unsupported", []),
+                                     match=record["answer"].get("match"),
+                                     match_signals=record["answer"].get("match_signals"),
                                      **figures.get("answers", {}).get("per_question", {}).get(record["id"], {}))
         out.append(summary)
     return out

@@ -247,3 +247,26 @@ def test_the_answer_row_is_withdrawn_when_access_is_lost_mid_answer(
     answer = Message.objects.get(pk=asked.answer.pk)
     assert answer.status == Message.Status.FAILED and answer.error == ACCESS_CHANGED and answer.text == ""
     assert not answer.citations.exists()
+
+
+def test_a_source_that_ends_in_a_colon_brings_the_code_it_introduces_from_the_document(people: dict[str, Any]) -> None:
+    from dataclasses import replace
+
+    from chat.answering import sources_for
+    from search.retrieval import hybrid_search
+
+    code = "\n".join(f"depotctl keys rotate --depot D-{i:02d} --confirm" for i in range(1, 6))
+    document = ingested_document("# Depot keys\n\n## Rotating the signing key\n\nBefore rotating the depot signing "
+                                 "key, record the approver in the incident record. Then run, for each depot:"
+                                 f"\n\n```\n{code}\n```\n\nThe new key is live within a minute.\n", "depot-keys.md")
+    result = hybrid_search(query="What must be recorded before rotating the depot signing key?", user=people["carol"])
+    hit = next(h for h in result.hits if h.document_id == document.pk)
+    # A passage the chunker ended at the colon (a long section's cut), as the chunk before the code would be.
+    colon = document.canonical_text.index("for each depot:") + len("for each depot:")
+    cut = replace(hit, end=colon, content=document.canonical_text[hit.start:colon])
+    source = sources_for([cut])[0]
+    assert source.text.rstrip().endswith("depotctl keys rotate --depot D-05 --confirm\n```"), source.text[-200:]
+    assert "live within a minute" not in source.text
+    assert source.text == document.canonical_text[source.start:source.end]
+    # A passage that does not end in a colon is left as it is.
+    assert sources_for([hit])[0].text == hit.content

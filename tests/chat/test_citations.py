@@ -109,3 +109,12 @@ def test_the_prompt_is_markdown_with_role_task_confidence_tone_and_numbered_sour
     concept = build_prompt(question="Why do exports get emailed?", intent=CONCEPT, sources=[source(1, "x")])
     assert "explain the idea" in concept.system and "exact field, button" not in concept.system
     assert [m["role"] for m in concept.messages] == ["system", "user"]
+
+
+def test_a_citation_before_a_colon_mid_line_stays_as_written_and_a_reference_definition_is_defused() -> None:
+    # Streamed so that a stretch starts at "[3]:": it is mid-line, a citation before a colon.
+    _, stream = streamed(["Copy the position into the record later", " [3]:", "\n`ctl promote` [3]"], k=3)
+    assert stream.text == "Copy the position into the record later [3]:\n`ctl promote` [3]"
+    # At the start of a line, "[1]: https://…" would be a Markdown reference definition: it is broken up.
+    text, _ = clean_text("Intro [1].\n[1]: https://evil.example/x", k=3)
+    assert "\n[1] :" in text

@@ -206,6 +206,30 @@ def test_instructions_written_as_prose_and_commands_become_steps() -> None:
         "If it does, run the same command" in text
 
 
+def test_a_sentence_ending_in_a_colon_brings_its_whole_list_numbered_as_the_source_numbers_it() -> None:
+    # The list starts at 3: the source continues a numbering, and the answer must not renumber it.
+    passage = ("Escalating a delayed shipment to the carrier has three steps:\n\n3. Open the shipment in the "
+               "tracking screen.\n4. Choose Escalate and pick the carrier's contact.\n5. Write the delay reason and "
+               "send.\n\nCarriers answer within one working day.")
+    text = answer("How many steps does escalating a delayed shipment to the carrier have?", passage)
+    assert text.startswith("Escalating a delayed shipment to the carrier has three steps [1]:\n3. Open the shipment"), text
+    assert re.findall(r"^(\d)\. ", text, re.M) == ["3", "4", "5"], text
+    # ...and a bulleted list keeps its bullets, each item on its own line.
+    bulleted = answer("Which documents does the carrier onboarding need?",
+                      "The carrier onboarding needs these documents:\n\n- the insurance certificate\n"
+                      "- the hazmat licence\n- the signed framework contract")
+    assert bulleted.count("\n• ") == 3 and bulleted.rstrip().endswith("the signed framework contract [1]"), bulleted
+
+
+def test_the_last_step_never_ends_on_a_colon_without_the_command_it_introduces() -> None:
+    sentences_ = " ".join(f"Check item {i} of the list." for i in range(1, 7))  # the colon's sentence is the 8th
+    runbook = (f"To fail over the queue, follow the checklist. {sentences_} Finally promote the replica:\n\n"
+               "```\nctl queue promote --replica q-2\n```\n\nThe queue is back within a minute.")
+    text = answer("How do I fail over the queue?", runbook)
+    assert text.startswith("1. "), text
+    assert "Finally promote the replica [1]:\n`ctl queue promote --replica q-2` [1]" in text, text
+
+
 @pytest.mark.slow
 def test_the_demo_failover_question_is_answered_from_manual_failover_in_steps(people: dict[str, Any]) -> None:
     from chat.answering import answer_stream
@@ -218,7 +242,10 @@ def test_the_demo_failover_question_is_answered_from_manual_failover_in_steps(pe
     done = next(e for e in events if e["type"] == "done")
     citations = next(e for e in events if e["type"] == "citations")["citations"]
     assert done["text"].startswith("1. "), done["text"]
-    assert re.findall(r"^(\d)\. ", done["text"], re.M)[:3] == ["1", "2", "3"], done["text"]
+    # Numbered 1..n without a gap: a command is part of the step that introduces it, not a step of its own.
+    numbers = [int(n) for n in re.findall(r"^(\d)\. ", done["text"], re.M)]
+    assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) >= 3, done["text"]
+    assert not done["text"].rstrip().endswith(":") and " [3] :" not in done["text"], done["text"]
     assert "Always start with a dry run" in done["text"] and "--dry-run` [" in done["text"]
     lead = int(re.search(r"\[(\d+)\]", done["text"]).group(1))
     assert "Manual failover" in next(c["label"] for c in citations if c["number"] == lead)

@@ -7,7 +7,7 @@ import pytest
 
 from kb.library.ingest import chunking
 from kb.library.ingest.extract import Extracted
-from kb.text.sentences import split
+from kb.text.sentences import introduced, split
 
 
 @pytest.mark.parametrize(("text", "sentences"), [
@@ -35,3 +35,16 @@ def test_the_chunker_cuts_a_long_chinese_section_at_its_full_stops() -> None:
     assert len(drafts) > 1
     for draft in drafts:
         assert draft.content.endswith("。"), draft.content[-20:]
+
+
+@pytest.mark.parametrize(("after", "block"), [
+    ("\n\n```\nctl promote --replica q-2\n```\n\nThe queue is back.", "\n\n```\nctl promote --replica q-2\n```\n"),
+    ("\n1. Open the screen.\n2. Press Save.\n\n3. Confirm.\n\nDone.\n", "\n1. Open the screen.\n2. Press Save.\n\n3. Confirm.\n"),
+    ("\n- one\n  wrapped\n- two\n## Next section\nText", "\n- one\n  wrapped\n- two\n"),
+    ("\nThe next paragraph is the answer.\n\nAnother one.", "\nThe next paragraph is the answer.\n"),
+    ("\n\n```\nctl promote --replica", ""),  # a fence the window cut: nothing half-quoted
+    ("\n- one\n- tw", "\n- one\n"),  # the window cut the last item
+    ("\n## Heading straight away\n", ""),
+])
+def test_what_a_colon_introduces_is_read_whole_from_the_text_after_it(after: str, block: str) -> None:
+    assert introduced(after) == block

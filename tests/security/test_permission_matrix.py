@@ -202,6 +202,7 @@ class World:
             ("POST", "/api/folders"): [{"name": f"Matrix {turn}", "users": [me]}],
             ("POST", "/api/sources"): [{"name": f"Matrix {turn}", "kind": "folder", "location": "/srv/matrix",
                                         "folder": self.folders[turn % len(self.folders)]}],
+            ("PATCH", "/api/conversations/{conversation_id}"): [{"title": "Matrix"}],
             ("PATCH", "/api/sources/{pk}"): [{"location": "/srv/matrix", "include": ["*.md"]},
                                             {"branch": f"--upload-pack=touch matrix{turn}; git-upload-pack"}],
             ("POST", "/api/ask"): [{"question": item.secrets[0].questions[0]},

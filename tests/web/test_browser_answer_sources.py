@@ -146,7 +146,8 @@ def test_every_answer_of_a_conversation_keeps_its_own_numbered_sources(
             assert len(turn["lists"]) == 1, turn
             listed = turn["lists"][0]
             assert listed["name"] == "Sources for this answer"
-            assert listed["items"] == [{"number": n, "href": c.link, "title": c.document.title}
+            # Each link names the answer it belongs to, for the viewer's "Back to the answer".
+            assert listed["items"] == [{"number": n, "href": f"{c.link}&answer={answer.pk}", "title": c.document.title}
                                        for n, c in enumerate(cited, start=1)], (answer.text, listed)
             # Every chip says the number its passage has in this answer's list and opens that passage.
             assert turn["chips"], answer.text
@@ -157,7 +158,7 @@ def test_every_answer_of_a_conversation_keeps_its_own_numbered_sources(
                 seen = max(seen, chip["number"])
                 source = cited[chip["number"] - 1]
                 assert chip["text"] == f"[{chip['number']}]"
-                assert chip["href"] == source.link, (chip, source.link)
+                assert chip["href"] == f"{source.link}&answer={answer.pk}", (chip, source.link)
                 assert chip["label"] == f"Source {chip['number']}: {source.document.title}"
             assert seen == len(cited)
 

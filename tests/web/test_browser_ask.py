@@ -261,7 +261,7 @@ def test_the_ask_page_with_an_answer_at_phone_width(open_page: Any, people: dict
     page = open_page(people["alice"], **PHONE)
     page.goto(f"/?c={answer.conversation_id}")
     page.wait_for_selector("#answer .cite-chip")
-    page.wait_for_selector("#history .history-link")
+    page.wait_for_selector("#history .history-link", state="attached")  # behind the History button on a phone
     assert page.get_by_label("Your question").is_visible()
     assert_labelled(page)
     assert_fits_width(page)
@@ -310,6 +310,7 @@ def test_sam_flags_a_citation_and_finds_it_under_flagged(open_page: Any, people:
     assert_labelled(page)
     screenshot(page, "review-recent")
 
+    row.get_by_role("button", name="Flag [1]").click()  # one button opens the citation's flag form
     row.get_by_label("Flag [1] as").select_option("unsupported")
     row.get_by_label("Note for [1]").fill("The dialog has no PDF tab any more since the 4.2 release.")
     row.get_by_role("button", name="Flag citation").click()

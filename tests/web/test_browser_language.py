@@ -62,7 +62,7 @@ def test_a_polish_employee_reads_polish_and_switches_to_german_for_good(
     screenshot(page, "language-menu-polish")
     menu.select_option("de")
     with page.expect_navigation():
-        page.get_by_role("button", name="Zmień").click()
+        page.get_by_role("button", name="Zmień", exact=True).click()
 
     german = {"lang": "de", "title": "Die Wissensdatenbank fragen",
               "refusal": "Ich habe dazu nichts in den Dokumenten gefunden, die Sie lesen dürfen",

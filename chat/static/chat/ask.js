@@ -44,7 +44,7 @@
 
   var el = window.KB.el, safeLink = window.KB.safeLink;
   // The page's language (Django's JavaScriptCatalog, /jsi18n/, loaded before this file).
-  var gettext = window.gettext, interpolate = window.interpolate;
+  var gettext = window.gettext, ngettext = window.ngettext, interpolate = window.interpolate;
   function fmt(text, values) { return interpolate(text, values, true); }
   var lang = document.documentElement.lang || undefined;
   function pageOf(page) { return " · " + fmt(gettext("page %(page)s"), { page: page }); }
@@ -111,9 +111,16 @@
   // ---------------------------------------------------------------- rendering an answer
 
   // A chip for `citation`, shown as `number`: the place it has in its own answer's sources list.
+  // A passage's link that names the answer it was opened from: the viewer's "Back to the answer" returns there.
+  function fromAnswer(link, turnId) {
+    var href = safeLink(link);
+    if (!href || !turnId) return href;
+    return href + (href.indexOf("#") < 0 ? "#" : "&") + "answer=" + turnId;
+  }
+
   function citationChip(citation, number, turnId) {
     var wrap = el("span", "cite");
-    var href = safeLink(citation.link);
+    var href = fromAnswer(citation.link, turnId);
     var chip = el(href ? "a" : "span", "cite-chip", "[" + number + "]");
     if (href) chip.href = href;
     chipCount += 1;
@@ -183,11 +190,11 @@
       body.appendChild(p);
     });
     if (turn.sourcesNode) turn.sourcesNode.remove();
-    turn.sourcesNode = numbers.order.length ? sourcesView(numbers.order) : el("p", "turn-sources-none muted", gettext("This answer cites no sources."));
+    turn.sourcesNode = numbers.order.length ? sourcesView(numbers.order, turn.id) : el("p", "turn-sources-none muted", gettext("This answer cites no sources."));
     body.parentNode.insertBefore(turn.sourcesNode, body.nextSibling);
   }
 
-  function sourcesView(cited) {
+  function sourcesView(cited, turnId) {
     var box = el("div", "turn-sources");
     box.appendChild(el("h3", "turn-sources-title", gettext("Sources")));
     var list = el("ol", "source-list");
@@ -195,7 +202,7 @@
     cited.forEach(function (c, i) {
       var li = el("li", "source-item");
       li.setAttribute("data-number", String(i + 1));
-      var href = safeLink(c.link);
+      var href = fromAnswer(c.link, turnId);
       var title = el(href ? "a" : "span", "source-title", c.document_title);
       if (href) title.href = href;
       li.appendChild(title);
@@ -261,12 +268,20 @@
     answerEl.setAttribute("aria-busy", busy ? "true" : "false");
   }
 
-  function backendBadge(turn, backend, notice) {
+  // What wrote the answer, and, once it is finished, how well it matches (`match`, chat.match): an answer that
+  // may quote the wrong part of the right passages says so in words, in place of the "quoted" badge.
+  function backendBadge(turn, backend, notice, match) {
     var old = turn.node.querySelector(".backend-badge");
     if (old) old.remove();
     if (!backend) return;
     var label = backend === "local" ? gettext("Small model, may be wrong") : backend === "extractive" ? gettext("Quoted from sources") : gettext("AI answer");
     var badge = el("p", "backend-badge backend-" + backend.replace(/[^a-z0-9]/gi, ""), label);
+    if (match === "closest") {
+      badge.textContent = gettext("Closest passage — may not answer your question");
+      badge.className += " match-closest";
+      notice = gettext("The sources below are the closest the assistant found; open them to check before relying on the answer.");
+    }
+    turn.node.setAttribute("data-match", match || "");
     if (notice) badge.title = notice;
     turn.node.insertBefore(badge, turn.body);
   }
@@ -379,7 +394,7 @@
         turn.streamNode = null;
         turn.text = event.text || turn.text;
         setMeta(turn, "", false);
-        backendBadge(turn, event.backend, event.notice);
+        backendBadge(turn, event.backend, event.notice, event.match);
         if (event.withheld) {
           turn.body.textContent = "";
           turn.body.appendChild(el("p", "muted", event.text));
@@ -499,6 +514,7 @@
     showStatus(null, "");
     var turn = newTurn(question);
     setMeta(turn, gettext("Sending…"), true);
+    turn.node.scrollIntoView({ block: "nearest", behavior: "instant" });
     var body = { question: question };
     if (conversation) body.conversation = conversation;
     api("POST", root.getAttribute("data-ask-url"), body).then(function (data) {
@@ -508,6 +524,8 @@
       turns[data.message] = turn;
       if (conversation !== data.conversation) {
         conversation = data.conversation;
+        currentTitle = question;
+        conversationBar();
         history.replaceState(null, "", "?c=" + conversation);
         connect(conversation, data.question - 1);
       } else if (!socket) {
@@ -534,25 +552,260 @@
 
   // ---------------------------------------------------------------- history
 
+  // The reader's conversations, grouped by the day they were last active in (the page's time zone, as its dates
+  // are written: KB.formatDate): Today, Yesterday, Previous 7 days, then one group a month. `q` narrows them to
+  // those whose title or a question holds every word (GET /api/conversations?q=, the reader's own only).
+  var HISTORY_PAGE = 50;
+  var historyShown = HISTORY_PAGE; // conversations listed: "Show older conversations" adds a page
+  var historyQuery = "";
+  var historySearch = document.getElementById("history-q");
+  var historyMore = document.getElementById("history-more");
+  var currentTitle = "";
+  var zone = window.KB.timeZone() || undefined;
+  try { new Intl.DateTimeFormat("en", { timeZone: zone }); } catch (e) { zone = undefined; } // unknown here: the browser's
+  var dayParts = new Intl.DateTimeFormat("en-US", { timeZone: zone, year: "numeric", month: "numeric", day: "numeric" });
+  var monthName = new Intl.DateTimeFormat(lang, { timeZone: zone, year: "numeric", month: "long" });
+  var clock = new Intl.DateTimeFormat(lang, { timeZone: zone, timeStyle: "short" });
+
+  function dayOf(date) { // {year, month, day, n: days since 1970} of `date` in the page's time zone
+    var parts = {};
+    dayParts.formatToParts(date).forEach(function (part) { parts[part.type] = Number(part.value); });
+    parts.n = Date.UTC(parts.year, parts.month - 1, parts.day) / 86400000;
+    return parts;
+  }
+
+  function dayGroup(date, now) {
+    var day = dayOf(date), ago = dayOf(now).n - day.n;
+    if (ago <= 0) return { key: "today", label: gettext("Today") };
+    if (ago === 1) return { key: "yesterday", label: gettext("Yesterday") };
+    if (ago <= 7) return { key: "week", label: gettext("Previous 7 days") };
+    return { key: day.year + "-" + day.month, label: monthName.format(date) };
+  }
+
+  // Titles that begin alike (the same question again, about another place or name) look the same cut to the
+  // list's width: each such title gets the words from where it parts from the others as a line of its own.
+  function distinctTails(items) {
+    var tails = {};
+    items.forEach(function (a) {
+      var shared = 0;
+      items.forEach(function (b) {
+        if (a === b) return;
+        var n = 0;
+        while (n < a.title.length && a.title[n] === b.title[n]) n++;
+        shared = Math.max(shared, n);
+      });
+      if (shared >= 30 && shared < a.title.length) tails[a.id] = "…" + a.title.slice(a.title.lastIndexOf(" ", shared - 1) + 1);
+    });
+    return tails;
+  }
+
+  function historyItem(item, group, tail) {
+    var title = item.title || fmt(gettext("Conversation %(id)s"), { id: item.id });
+    var li = el("li", item.id === conversation ? "history-item current" : "history-item");
+    var link = el("a", "history-link");
+    link.appendChild(el("span", tail ? "history-title history-title-short" : "history-title", title));
+    if (tail) link.appendChild(el("span", "history-tail", tail));
+    link.href = location.pathname + "?c=" + item.id;
+    link.title = title; // the whole title: the list shows two lines of it
+    if (item.id === conversation) link.setAttribute("aria-current", "page");
+    link.setAttribute("data-conversation", String(item.id));
+    link.addEventListener("click", function (event) {
+      if (event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey || event.altKey) return; // a new tab
+      event.preventDefault();
+      showHistory(false);
+      openConversation(item.id);
+    });
+    li.appendChild(link);
+    var when = new Date(item.updated_at);
+    var recent = group.key === "today" || group.key === "yesterday";
+    var stamp = recent ? clock.format(when) : window.KB.formatDate(item.updated_at);
+    var asked = fmt(ngettext("%(count)s question", "%(count)s questions", item.questions), { count: item.questions });
+    li.appendChild(el("span", "history-when muted", stamp + " · " + asked));
+    return li;
+  }
+
   function loadHistory() {
-    return api("GET", "/api/conversations").then(function (items) {
+    var query = historyQuery;
+    var url = "/api/conversations?limit=" + historyShown + (query ? "&q=" + encodeURIComponent(query) : "");
+    return api("GET", url).then(function (items) {
+      if (query !== historyQuery) return; // a newer search is on its way
       historyEl.textContent = "";
+      if (historyMore) historyMore.hidden = items.length < historyShown || historyShown >= 200;
+      var mine = items.filter(function (item) { return item.id === conversation; })[0];
+      if (mine) { currentTitle = mine.title; conversationBar(); }
       if (!items.length) {
-        historyEl.appendChild(el("li", "history-empty muted", gettext("Your past questions will be listed here.")));
+        historyEl.appendChild(el("p", "history-empty muted", query ? gettext("No conversation matches your search.") : gettext("Your past questions will be listed here.")));
         return;
       }
+      var now = new Date(), list = null, last = null, tails = distinctTails(items);
       items.forEach(function (item) {
-        var li = el("li", item.id === conversation ? "history-item current" : "history-item");
-        var button = el("button", "history-link", item.title || fmt(gettext("Conversation %(id)s"), { id: item.id }));
-        button.type = "button";
-        if (item.id === conversation) button.setAttribute("aria-current", "true");
-        button.setAttribute("data-conversation", String(item.id));
-        button.addEventListener("click", function () { openConversation(item.id); });
-        li.appendChild(button);
-        li.appendChild(el("span", "history-when muted", new Date(item.updated_at).toLocaleString(lang, { dateStyle: "medium", timeStyle: "short" })));
-        historyEl.appendChild(li);
+        var group = dayGroup(new Date(item.updated_at), now);
+        if (!last || group.key !== last) {
+          last = group.key;
+          var section = el("section", "history-group");
+          var heading = el("h3", "history-group-title", group.label);
+          heading.id = "history-group-" + group.key;
+          section.setAttribute("aria-labelledby", heading.id);
+          list = el("ol", "history-list");
+          section.appendChild(heading);
+          section.appendChild(list);
+          historyEl.appendChild(section);
+        }
+        list.appendChild(historyItem(item, group, tails[item.id]));
       });
     });
+  }
+
+  if (historySearch) {
+    var searchTimer = null;
+    historySearch.addEventListener("input", function () {
+      clearTimeout(searchTimer);
+      searchTimer = setTimeout(function () {
+        historyQuery = historySearch.value.trim();
+        historyShown = HISTORY_PAGE;
+        loadHistory().catch(function (error) { problem(error); });
+      }, 250);
+    });
+  }
+  if (historyMore) {
+    historyMore.addEventListener("click", function () {
+      historyShown = Math.min(historyShown + HISTORY_PAGE, 200);
+      loadHistory().catch(function (error) { problem(error); });
+    });
+  }
+
+  // On a narrow screen the history is a panel the "History" button opens, one tap away; Escape or Close shuts it.
+  var historyToggle = document.getElementById("history-toggle");
+  var historyClose = document.getElementById("history-close");
+  function showHistory(open) {
+    if (!historyToggle || (root.getAttribute("data-history") === "open") === open) return;
+    root.setAttribute("data-history", open ? "open" : "closed");
+    historyToggle.setAttribute("aria-expanded", open ? "true" : "false");
+    if (open && historySearch) historySearch.focus();
+    else if (!open && getComputedStyle(historyToggle).display !== "none") historyToggle.focus();
+  }
+  if (historyToggle) historyToggle.addEventListener("click", function () { showHistory(root.getAttribute("data-history") !== "open"); });
+  if (historyClose) historyClose.addEventListener("click", function () { showHistory(false); });
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Escape" && root.getAttribute("data-history") === "open") showHistory(false);
+  });
+
+  // ---------------------------------------------------------------- the open conversation: rename, delete
+
+  var bar = document.getElementById("conversation-bar");
+  var barTitle = document.getElementById("conversation-title");
+  var barActions = document.getElementById("conversation-actions");
+  var renameButton = document.getElementById("conversation-rename");
+  var deleteButton = document.getElementById("conversation-delete");
+
+  // The bar as it is at rest: the title (whole on hover) and the two buttons.
+  function conversationBar() {
+    if (!bar) return;
+    bar.hidden = !conversation;
+    var form = bar.querySelector(".conversation-rename-form");
+    if (form) return; // being renamed: left as the reader has it
+    barTitle.hidden = false;
+    barTitle.textContent = currentTitle;
+    barTitle.title = currentTitle;
+    if (barActions.children.length === 2 && renameButton.parentNode === barActions) return; // keeps the focus
+    barActions.textContent = "";
+    barActions.appendChild(renameButton);
+    barActions.appendChild(deleteButton);
+  }
+
+  function renameStart() {
+    var form = el("form", "conversation-rename-form");
+    var label = el("label", "visually-hidden", gettext("Conversation title"));
+    var input = el("input");
+    input.id = "conversation-title-input";
+    label.htmlFor = input.id;
+    input.type = "text";
+    input.maxLength = 200;
+    input.required = true;
+    input.value = currentTitle;
+    var save = el("button", "btn btn-small btn-primary", gettext("Save"));
+    save.type = "submit";
+    var cancel = el("button", "btn btn-small btn-ghost", gettext("Cancel"));
+    cancel.type = "button";
+    [label, input, save, cancel].forEach(function (node) { form.appendChild(node); });
+    function done() { form.remove(); conversationBar(); renameButton.focus(); }
+    cancel.addEventListener("click", done);
+    input.addEventListener("keydown", function (event) { if (event.key === "Escape") { event.stopPropagation(); done(); } });
+    form.addEventListener("submit", function (event) {
+      event.preventDefault();
+      var title = input.value.trim();
+      if (!title) { input.focus(); return; }
+      save.disabled = true;
+      api("PATCH", "/api/conversations/" + conversation, { title: title }).then(function (data) {
+        currentTitle = data.title;
+        done();
+        loadHistory().catch(function (e) { problem(e); });
+      }).catch(function (error) {
+        save.disabled = false;
+        problem(error, gettext("The conversation was not renamed: %(reason)s"));
+      });
+    });
+    barTitle.hidden = true;
+    barActions.textContent = "";
+    bar.insertBefore(form, barActions);
+    input.focus();
+    input.select();
+  }
+
+  function deleteStart() {
+    var id = conversation;
+    var question = el("span", "conversation-confirm", gettext("Delete this conversation for good?"));
+    var yes = el("button", "btn btn-small btn-danger", gettext("Delete"));
+    yes.type = "button";
+    var no = el("button", "btn btn-small btn-ghost", gettext("Cancel"));
+    no.type = "button";
+    barActions.textContent = "";
+    [question, yes, no].forEach(function (node) { barActions.appendChild(node); });
+    no.addEventListener("click", function () { conversationBar(); deleteButton.focus(); });
+    yes.addEventListener("click", function () {
+      yes.disabled = true;
+      api("DELETE", "/api/conversations/" + id).then(function () {
+        if (conversation === id) startOver();
+        showStatus("info", gettext("The conversation was deleted."));
+        loadHistory().catch(function (e) { problem(e); });
+      }).catch(function (error) {
+        conversationBar();
+        problem(error, gettext("The conversation was not deleted: %(reason)s"));
+      });
+    });
+    no.focus();
+  }
+
+  if (renameButton) renameButton.addEventListener("click", renameStart);
+  if (deleteButton) deleteButton.addEventListener("click", deleteStart);
+
+  // A new, empty conversation: what the page shows before the first question.
+  function startOver() {
+    if (socket) { var old = socket; socket = null; old.close(1000); }
+    conversation = null;
+    currentTitle = "";
+    history.replaceState(null, "", location.pathname);
+    answerEl.textContent = "";
+    if (emptyView) answerEl.appendChild(emptyView);
+    turns = {};
+    turnList = [];
+    conversationBar();
+    busy(false);
+    box.focus();
+  }
+
+  // The latest turn at the top of the view, its answer below it: where a reader left the conversation. Back from
+  // a passage (`#answer-ID`, the viewer's "Back to the answer"), the answer it was opened from, with the focus.
+  function showLatest() {
+    var named = /^#answer-(\d+)$/.exec(location.hash);
+    var back = named && turns[Number(named[1])];
+    var last = back || turnList[turnList.length - 1];
+    if (!last) return;
+    last.node.scrollIntoView({ block: "start", behavior: "instant" });
+    if (back) {
+      back.node.setAttribute("tabindex", "-1");
+      back.node.focus({ preventScroll: true });
+    }
   }
 
   // A page of stored messages, each shown through the same events the socket sends for it (the REST
@@ -603,12 +856,17 @@
     return api("GET", "/api/conversations/" + id).then(function (data) {
       if (socket) { var old = socket; socket = null; old.close(1000); }
       conversation = data.id;
-      history.replaceState(null, "", "?c=" + conversation);
+      currentTitle = data.title;
+      conversationBar();
+      var back = /^#answer-\d+$/.test(location.hash) ? location.hash : "";  // kept until the answer has the focus
+      history.replaceState(null, "", "?c=" + conversation + back);
       answerEl.textContent = "";
       turns = {};
       turnList = [];
       var resume = showMessages(data);
       busy(false);
+      showLatest();
+      if (back) history.replaceState(null, "", "?c=" + conversation);
       loadHistory().catch(function (e) { problem(e); });
       // An answer still being written: the socket replays it from there and streams the rest.
       if (resume !== null) connect(conversation, resume - 1);

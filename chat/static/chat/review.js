@@ -1,22 +1,73 @@
-/* Review desk: recent answers beside the passages they cite, with a flag form per citation.
+/* The review queue: the answers of one queue (unreviewed, rated down, refused, flagged, all), narrowed by folder and
+ * search, each beside the passages it cites; one-key verdicts that move to the next answer; the counts from
+ * GET /api/review/counts. Answers the reviewer may not read never reach this page (the server counts them).
  * All answer and document text goes in through textContent / createElement. */
 (function () {
   "use strict";
   var list = document.getElementById("review-list");
   if (!list) return;
-  var flaggedOnly = list.getAttribute("data-filter") === "flagged";
+  var queue = list.getAttribute("data-filter") || "unreviewed";
+  var folder = list.getAttribute("data-folder") || "";
+  var search = list.getAttribute("data-q") || "";
   var gettext = window.gettext, interpolate = window.interpolate;
   function fmt(text, values) { return interpolate(text, values, true); }
-  var lang = document.documentElement.lang || undefined;
   var KINDS = [["wrong_source", gettext("Wrong source")], ["unsupported", gettext("Unsupported claim")], ["outdated", gettext("Outdated")]];
   var KIND_LABEL = {};
   KINDS.forEach(function (k) { KIND_LABEL[k[0]] = k[1]; });
+  var VERDICT_KEYS = { "1": "helpful", "2": "wrong", "3": "should_refuse", "4": "should_answer" };
 
-  var el = window.KB.el, csrf = window.KB.csrf, safeLink = window.KB.safeLink;
+  var KB = window.KB, el = KB.el, safeLink = KB.safeLink;
+  var announcer = document.getElementById("review-announce");
+  function announce(text) { if (announcer) announcer.textContent = text; }
 
-  function when(iso) {
-    return new Date(iso).toLocaleString(lang, { dateStyle: "medium", timeStyle: "short" });
+  function when(iso) { return KB.formatDate(iso, { time: true }); }  // the date format of every page
+
+  /* Reads name this page to the server, for the access log of answers shown through a review grant; a failed read
+   * says what to do in the words the other pages use (chat/dom.js), never a status code. */
+  var READ_HEADERS = { Accept: "application/json", "X-Review-Surface": "page" };
+  function read(url) {
+    return fetch(url, { credentials: "same-origin", headers: READ_HEADERS }).catch(function () {
+      throw new Error(gettext("The server could not be reached. Check your connection and try again."));
+    }).then(function (response) {
+      if (response.status === 401 || (response.redirected && /\/accounts\/login\//.test(response.url))) {
+        throw new Error(gettext("Your session has ended. Sign in again to continue."));
+      }
+      return response.json().catch(function () { return null; }).then(function (data) {
+        if (response.ok) return data;
+        var reference = data && typeof data.reference === "string" && /^[0-9a-f]{4,32}$/.test(data.reference) ? data.reference : null;
+        if (reference) throw new Error(fmt(gettext("Something went wrong on our side. If it keeps happening, give your administrator this reference: %(reference)s."), { reference: reference }));
+        if (response.status >= 500) throw new Error(gettext("The server could not handle this just now. Try again in a moment."));
+        throw new Error(data && typeof data.detail === "string" ? data.detail : gettext("The request was not accepted."));
+      });
+    });
   }
+
+  function narrowed(params) {
+    var query = params.slice();
+    if (folder) query.push("folder=" + encodeURIComponent(folder));
+    if (search) query.push("q=" + encodeURIComponent(search));
+    return query.join("&");
+  }
+
+  /* ---------------------------------------------------------------- counts */
+
+  function refreshCounts() {
+    read("/api/review/counts?" + narrowed(["queue=" + queue])).then(function (counts) {
+      Object.keys(counts.queues).forEach(function (name) {
+        var span = document.querySelector('.review-count[data-count="' + name + '"]');
+        if (span) span.textContent = String(counts.queues[name]);
+      });
+      var select = document.getElementById("review-folder");
+      if (select) {
+        counts.folders.forEach(function (f) {
+          var option = select.querySelector('option[value="' + f.id + '"]');
+          if (option) option.textContent = f.name + " (" + f.count + ")";
+        });
+      }
+    }).catch(function () { /* the numbers stay as they were; the next verdict tries again */ });
+  }
+
+  /* ---------------------------------------------------------------- flags */
 
   function flagItem(flag) {
     var li = el("li", "flag");
@@ -29,9 +80,17 @@
     return li;
   }
 
+  /* A citation's flag form, closed behind one "Flag" button (f opens the first). */
   function flagForm(answer, citation, flagsList, item) {
     var id = "flag-" + answer.id + "-" + citation.number;
+    var wrap = el("div", "flag-wrap");
+    var toggle = el("button", "btn btn-small btn-ghost flag-toggle", fmt(gettext("Flag [%(number)s]"), { number: citation.number }));
+    toggle.type = "button";
+    toggle.setAttribute("aria-expanded", "false");
+    toggle.setAttribute("aria-controls", id);
     var form = el("form", "flag-form");
+    form.id = id;
+    form.hidden = true;
     form.noValidate = true;
     var kindLabel = el("label", "", fmt(gettext("Flag [%(number)s] as"), { number: citation.number }));
     kindLabel.htmlFor = id + "-kind";
@@ -54,40 +113,38 @@
     button.type = "submit";
     var result = el("p", "");
     result.setAttribute("role", "status");
-    form.appendChild(kindLabel);
-    form.appendChild(select);
-    form.appendChild(noteLabel);
-    form.appendChild(note);
-    form.appendChild(button);
-    form.appendChild(result);
+    [kindLabel, select, noteLabel, note, button, result].forEach(function (node) { form.appendChild(node); });
+    function open(show) {
+      form.hidden = !show;
+      toggle.setAttribute("aria-expanded", show ? "true" : "false");
+      if (show) select.focus();
+    }
+    toggle.addEventListener("click", function () { open(form.hidden); });
+    form.addEventListener("keydown", function (event) {
+      if (event.key === "Escape") { event.stopPropagation(); open(false); focusItem(item); }
+    });
     form.addEventListener("submit", function (event) {
       event.preventDefault();
       button.disabled = true;
       result.className = "";
       result.textContent = gettext("Saving…");
-      fetch("/api/review/answers/" + answer.id + "/feedback", {
-        method: "POST",
-        credentials: "same-origin",
-        headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf() },
-        body: JSON.stringify({ kind: select.value, citation: citation.number, note: note.value }),
-      }).then(function (response) {
-        return response.json().catch(function () { return {}; }).then(function (data) {
-          if (!response.ok) throw new Error(typeof data.detail === "string" ? data.detail : "HTTP " + response.status);
-          return data;
-        });
-      }).then(function (flag) {
+      KB.json("POST", "/api/review/answers/" + answer.id + "/feedback",
+              { kind: select.value, citation: citation.number, note: note.value }).then(function (flag) {
         result.className = "flag-done";
         result.textContent = gettext("Flagged. It is listed under Flagged.");
         note.value = "";
         flagsList.appendChild(flagItem(flag));
         var status = item.querySelector(".review-status");
         if (status) { status.textContent = gettext("Flagged"); status.classList.add("flagged"); }
+        refreshCounts();
       }).catch(function (error) {
         result.className = "flag-err";
-        result.textContent = fmt(gettext("Could not save the flag: %(reason)s"), { reason: error.message });
+        result.textContent = error.message;
       }).then(function () { button.disabled = false; });
     });
-    return form;
+    wrap.appendChild(toggle);
+    wrap.appendChild(form);
+    return wrap;
   }
 
   var CLAIM_LABEL = { confirmed: gettext("confirmed"), dismissed: gettext("dismissed") };
@@ -111,12 +168,7 @@
         var button = el("button", "claim-" + choice[0], choice[1]);
         button.type = "button";
         button.addEventListener("click", function () {
-          fetch("/api/review/answers/" + answer.id + "/unsupported/" + index, {
-            method: "POST", credentials: "same-origin",
-            headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf() },
-            body: JSON.stringify({ verdict: choice[0] })
-          }).then(function (response) {
-            if (!response.ok) throw new Error(fmt(gettext("Could not save (%(status)s)"), { status: response.status }));
+          KB.json("POST", "/api/review/answers/" + answer.id + "/unsupported/" + index, { verdict: choice[0] }).then(function () {
             li.setAttribute("data-verdict", choice[0]);
             verdict.textContent = " " + CLAIM_LABEL[choice[0]];
           }).catch(function (error) { verdict.textContent = " " + error.message; });
@@ -128,11 +180,18 @@
     return ul;
   }
 
+  /* ---------------------------------------------------------------- one answer */
+
   function answerItem(answer) {
     var item = el("article", "review-item");
     item.setAttribute("data-message", String(answer.id));
+    item.setAttribute("data-status", answer.status);
+    item.tabIndex = -1;
+    item._answer = answer;
     var head = el("header", "review-head");
     var title = el("h2", "review-question", answer.question || gettext("(no question)"));
+    title.id = "review-q-" + answer.id;
+    item.setAttribute("aria-labelledby", title.id);
     head.appendChild(title);
     var meta = el("p", "review-meta muted");
     var status = el("span", "review-status" + (answer.feedback.length ? " flagged" : ""),
@@ -141,20 +200,24 @@
     meta.appendChild(document.createTextNode(" " + fmt(gettext("asked by %(owner)s"), { owner: answer.owner }) + " · " +
       when(answer.created_at) + (answer.backend ? " · " + answer.backend : "")));
     head.appendChild(meta);
+    if (answer.follows) {
+      head.appendChild(el("p", "review-follows", fmt(gettext("Follow-up to: “%(question)s”"), { question: answer.follows })));
+    }
     if (answer.review_grants && answer.review_grants.length) {
       head.appendChild(el("p", "review-granted muted", fmt(gettext("Shown through your review grant (%(grants)s); each read is written to the access log."),
         { grants: answer.review_grants.join(", ") })));
     }
     item.appendChild(head);
+    item.appendChild(judgementList(answer));
     item.appendChild(el("p", "review-answer", answer.text || answer.refusal_reason || answer.error || ""));
     var trimmed = answer.text_truncated || answer.citations.some(function (c) { return c.quote_truncated; });
     if (trimmed) item.appendChild(wholeButton(answer, item));
 
     if (answer.unsupported && answer.unsupported.length) item.appendChild(claimList(answer));
-    item.appendChild(judgementList(answer));
     if (!answer.withheld && (answer.status === "done" || answer.status === "refused")) {
       item.appendChild(verdictRow(answer, mine(answer)));  // the server refuses verdicts on a withheld answer
     }
+    item.appendChild(conversationPanel(answer, item));
 
     var answerFlags = answer.feedback.filter(function (f) { return !f.citation; });
     if (answerFlags.length) {
@@ -195,14 +258,19 @@
       cites.appendChild(el("p", "muted", gettext("This answer cites no sources.")));
     }
     item.appendChild(cites);
+    item.addEventListener("focusin", function () { mark(item); });
     return item;
   }
 
-  /* Everyone's verdicts on the answer (the asker's and reviewers'), a named document only where the reviewer
-   * may read it. */
+  /* Everyone's verdicts on the answer (the asker's, with their reason and comment, and reviewers'), a named
+   * document only where the reviewer may read it. */
   var VERDICT_LABEL = { helpful: gettext("Helpful"), wrong: gettext("Wrong"), should_refuse: gettext("Should have refused"),
                         should_answer: gettext("Should have answered") };
   var ROLE_LABEL = { asker: gettext("asker"), reviewer: gettext("reviewer") };
+  // The asker's reason chips, in the words the Ask page offers them (chat.models.Judgement.Reason).
+  var REASON_LABEL = { off_topic: gettext("Doesn't answer my question"), wrong_or_outdated: gettext("Wrong or outdated"),
+                       should_refuse: gettext("Should have said it doesn't know"),
+                       should_answer: gettext("The documents do answer this") };
 
   function judgementList(answer) {
     var ul = el("ul", "review-judgements");
@@ -210,10 +278,17 @@
     answer.judgements.forEach(function (j) {
       var li = el("li", "review-judgement");
       li.setAttribute("data-kind", j.kind);
-      var label = answer.status === "refused" && j.kind === "helpful" ? gettext("Right not to answer") : VERDICT_LABEL[j.kind] || j.kind;
+      li.setAttribute("data-role", j.role);
+      var label;
+      if (j.role === "asker") label = j.kind === "helpful" ? gettext("Rated helpful") : gettext("Rated down");
+      else label = answer.status === "refused" && j.kind === "helpful" ? gettext("Right not to answer") : VERDICT_LABEL[j.kind] || j.kind;
       li.appendChild(el("span", "flag-kind", label));
       li.appendChild(document.createTextNode(" " + fmt(gettext("by %(judge)s (%(role)s), %(when)s"),
         { judge: j.judge || gettext("a former user"), role: ROLE_LABEL[j.role] || j.role, when: when(j.updated_at) })));
+      if (j.role === "asker" && j.kind !== "helpful") {
+        li.appendChild(el("span", "review-reason", j.reason ? REASON_LABEL[j.reason] || j.reason
+          : fmt(gettext("Judged: %(kind)s"), { kind: VERDICT_LABEL[j.kind] || j.kind })));
+      }
       if (j.document) {
         li.appendChild(document.createTextNode(" · " + gettext("answerable from") + " "));
         var href = safeLink(j.document.link);
@@ -221,7 +296,7 @@
         if (href) link.href = href;
         li.appendChild(link);
       }
-      if (j.note) li.appendChild(el("span", "flag-note", j.note));
+      if (j.note) li.appendChild(el("q", "flag-note", j.note));
       ul.appendChild(li);
     });
     return ul;
@@ -233,20 +308,17 @@
     return answer.judgements.filter(function (j) { return j.judge === me && j.role === "reviewer"; })[0] || null;
   }
 
-  /* The reviewer's own verdict (KB.judge): on a refusal, "should have answered" names the document. */
+  var lastJudged = null;  // the item whose verdict `u` takes back
+
+  /* The reviewer's own verdict (KB.judge): on a refusal, "should have answered" names the document. A verdict
+   * moves to the next answer; in the unreviewed queue the judged one folds away (it has left the queue). */
   function verdictRow(answer, judgement) {
     var row = el("div", "review-judge");
-    var node = window.KB.judge({
+    var node = KB.judge({
       url: "/api/review/answers/" + answer.id + "/judgement", key: "review-" + answer.id,
       refused: answer.status === "refused", question: answer.question, judgement: judgement,
       showNamed: false,  // the list of verdicts above names it
-      onSaved: function (saved) {
-        answer.judgements = answer.judgements.filter(function (j) { return !(j.judge === me && j.role === "reviewer"); });
-        if (saved) answer.judgements.push(saved);
-        var item = row.parentNode;
-        item.replaceChild(judgementList(answer), item.querySelector(".review-judgements"));
-        item.replaceChild(verdictRow(answer, saved), row);
-      },
+      onSaved: function (saved) { judged(row.parentNode, answer, saved); },
       onError: function (message) { status.textContent = fmt(gettext("Your verdict was not saved: %(reason)s"), { reason: message }); }
     });
     var status = el("p", "flag-err");
@@ -256,30 +328,203 @@
     return row;
   }
 
+  function judged(item, answer, saved) {
+    answer.judgements = answer.judgements.filter(function (j) { return !(j.judge === me && j.role === "reviewer"); });
+    if (saved) answer.judgements.push(saved);
+    item.replaceChild(judgementList(answer), item.querySelector(".review-judgements"));
+    item.replaceChild(verdictRow(answer, saved), item.querySelector(".review-judge"));
+    var stub = item.querySelector(".review-judged");
+    if (stub) stub.remove();
+    refreshCounts();
+    if (!saved) {
+      item.classList.remove("is-judged");
+      announce(gettext("Verdict taken back."));
+      focusItem(item);
+      return;
+    }
+    lastJudged = item;
+    var label = answer.status === "refused" && saved.kind === "helpful" ? gettext("Right not to answer") : VERDICT_LABEL[saved.kind];
+    if (queue === "unreviewed") {
+      item.classList.add("is-judged");
+      var line = el("p", "review-judged", fmt(gettext("Judged “%(verdict)s”: it has left the unreviewed queue."), { verdict: label }) + " ");
+      var undo = el("button", "btn btn-small btn-ghost", gettext("Undo"));
+      undo.type = "button";
+      undo.addEventListener("click", function () { takeBack(item); });
+      line.appendChild(undo);
+      item.appendChild(line);
+    }
+    announce(fmt(gettext("Saved: %(verdict)s."), { verdict: label }));
+    move(item, 1);
+  }
+
+  function takeBack(item) {
+    if (!item || !item.parentNode) return;
+    KB.json("DELETE", "/api/review/answers/" + item._answer.id + "/judgement").then(function () {
+      judged(item, item._answer, null);
+    }).catch(function (error) { announce(error.message); });
+  }
+
+  /* The conversation the answer belongs to (GET /api/review/conversations/{id}), beside it on demand: a follow-up
+   * reads wrong without what came before. */
+  function conversationPanel(answer, item) {
+    var wrap = el("div", "review-conversation-wrap");
+    var button = el("button", "btn btn-small btn-ghost review-conversation-toggle", gettext("Show the conversation"));
+    button.type = "button";
+    button.setAttribute("aria-expanded", "false");
+    var panel = el("ol", "review-conversation");
+    panel.hidden = true;
+    panel.setAttribute("aria-label", gettext("The conversation"));
+    button.addEventListener("click", function () { toggleConversation(answer, button, panel); });
+    wrap.appendChild(button);
+    wrap.appendChild(panel);
+    item._conversation = function () { toggleConversation(answer, button, panel); };
+    return wrap;
+  }
+
+  function toggleConversation(answer, button, panel) {
+    var open = panel.hidden;
+    panel.hidden = !open;
+    button.setAttribute("aria-expanded", open ? "true" : "false");
+    button.textContent = open ? gettext("Hide the conversation") : gettext("Show the conversation");
+    if (!open || panel.getAttribute("data-loaded")) return;
+    panel.textContent = "";
+    panel.appendChild(el("li", "muted", gettext("Loading the conversation…")));
+    read("/api/review/conversations/" + answer.conversation + "?limit=20").then(function (conversation) {
+      panel.textContent = "";
+      panel.setAttribute("data-loaded", "true");
+      conversation.messages.forEach(function (m) {
+        var li = el("li", "review-turn review-turn-" + m.role + (m.id === answer.id ? " is-current" : ""));
+        li.appendChild(el("span", "review-turn-who", m.role === "user" ? gettext("Question") : gettext("Answer")));
+        li.appendChild(el("span", "review-turn-text", m.text || m.refusal_reason || m.error || ""));
+        panel.appendChild(li);
+      });
+      if (conversation.before) panel.insertBefore(el("li", "muted", gettext("Earlier messages are not shown.")), panel.firstChild);
+    }).catch(function (error) {
+      panel.textContent = "";
+      panel.appendChild(el("li", "flag-err", error.message));
+    });
+  }
+
   /* The list carries the start of long answers and quotes; the whole text comes on demand. */
   function wholeButton(answer, item) {
     var button = el("button", "btn btn-small review-whole", gettext("Show the whole answer and passages"));
     button.type = "button";
+    var status = el("span", "flag-err");
+    status.setAttribute("role", "status");
     button.addEventListener("click", function () {
       button.disabled = true;
-      fetch("/api/review/answers/" + answer.id, { credentials: "same-origin", headers: READ_HEADERS })
-        .then(function (response) {
-          if (!response.ok) throw new Error("HTTP " + response.status);
-          return response.json();
-        }).then(function (full) {
-          item.querySelector(".review-answer").textContent = full.text || full.refusal_reason || full.error || "";
-          full.citations.forEach(function (c) {
-            var quote = item.querySelector('.review-quote[data-citation="' + c.number + '"]');
-            if (quote) quote.textContent = c.quote;
-          });
-          button.remove();
-        }).catch(function (error) {
-          button.disabled = false;
-          button.textContent = fmt(gettext("Could not load it (%(reason)s); try again"), { reason: error.message });
+      read("/api/review/answers/" + answer.id).then(function (full) {
+        item.querySelector(".review-answer").textContent = full.text || full.refusal_reason || full.error || "";
+        full.citations.forEach(function (c) {
+          var quote = item.querySelector('.review-quote[data-citation="' + c.number + '"]');
+          if (quote) quote.textContent = c.quote;
         });
+        button.remove();
+        status.remove();
+      }).catch(function (error) {
+        button.disabled = false;
+        status.textContent = " " + error.message;
+        button.after(status);
+      });
     });
     return button;
   }
+
+  /* ---------------------------------------------------------------- focus and keys */
+
+  var current = null;
+
+  function open() { return Array.prototype.slice.call(list.querySelectorAll(".review-item:not(.is-judged)")); }
+
+  function mark(item) {
+    if (current === item) return;
+    if (current) current.classList.remove("is-focused");
+    current = item;
+    if (item) item.classList.add("is-focused");
+  }
+
+  function focusItem(item, stay) {
+    mark(item);
+    if (!item) return;
+    item.focus({ preventScroll: true });
+    if (!stay) item.scrollIntoView({ block: "nearest" });  // on load the page stays at its top, filters in view
+  }
+
+  /* The next (step 1) or previous (-1) answer still in the queue after `from`; past the last, the next page. */
+  function move(from, step) {
+    var items = open();
+    var all = Array.prototype.slice.call(list.querySelectorAll(".review-item"));
+    var at = all.indexOf(from);
+    var target = null;
+    for (var i = at + step; i >= 0 && i < all.length; i += step) {
+      if (items.indexOf(all[i]) >= 0) { target = all[i]; break; }
+    }
+    if (!target && step > 0 && !more.disabled && more.parentNode) { loadPage(lastId, true); return; }
+    if (!target && step > 0 && !items.length) { finished(); return; }
+    focusItem(target || (items.indexOf(from) >= 0 ? from : items[items.length - 1] || null));
+  }
+
+  function finished() {
+    mark(null);
+    var box = list.querySelector(".review-done");
+    if (!box) {
+      box = empty(gettext("Nothing left to review"), queue === "unreviewed"
+        ? gettext("Every answer in this queue has a verdict. New answers appear here as people ask questions.")
+        : gettext("You have reached the end of this list."));
+      box.classList.add("review-done");
+      box.tabIndex = -1;
+      list.appendChild(box);
+    }
+    box.focus();
+  }
+
+  function typing(target) {
+    return target && (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName));
+  }
+
+  var help = document.getElementById("review-help");
+
+  document.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.metaKey || event.altKey || event.defaultPrevented) return;
+    if (event.key === "Escape") {
+      if (help && !help.hidden) { help.hidden = true; return; }
+      if (current && current.contains(event.target) && event.target !== current) { focusItem(current); }
+      return;
+    }
+    if (typing(event.target)) return;
+    var item = current && current.parentNode ? current : null;
+    var key = event.key;
+    if (key === "?") { if (help) help.hidden = !help.hidden; event.preventDefault(); return; }
+    if (key === "/") { var box = document.getElementById("review-q"); if (box) { event.preventDefault(); box.focus(); } return; }
+    if (key === "j") { event.preventDefault(); if (item) move(item, 1); else focusItem(open()[0] || null); return; }
+    if (key === "k") { event.preventDefault(); if (item) move(item, -1); else focusItem(open()[0] || null); return; }
+    if (key === "u") { event.preventDefault(); takeBack(lastJudged); return; }
+    if (!item) return;
+    if (VERDICT_KEYS[key]) {
+      event.preventDefault();
+      var button = item.querySelector('.review-judge button.rate[data-kind="' + VERDICT_KEYS[key] + '"]');
+      if (!button) {
+        announce(item._answer.status === "refused"
+          ? gettext("On a refusal: 1 right not to answer, 4 should have answered.")
+          : gettext("This answer cannot be judged yet."));
+        return;
+      }
+      if (button.getAttribute("aria-pressed") === "true") { move(item, 1); return; }  // given already: next
+      button.click();
+      return;
+    }
+    if (key === "f") {
+      var toggle = item.querySelector(".flag-toggle");
+      if (toggle) { event.preventDefault(); if (toggle.getAttribute("aria-expanded") !== "true") toggle.click(); else item.querySelector(".flag-form select").focus(); }
+      return;
+    }
+    if (key === "c" && item._conversation) { event.preventDefault(); item._conversation(); }
+  });
+
+  var folderSelect = document.getElementById("review-folder");
+  if (folderSelect) folderSelect.addEventListener("change", function () { folderSelect.form.submit(); });
+
+  /* ---------------------------------------------------------------- pages */
 
   function empty(title, text) {
     var box = el("div", "empty-state");
@@ -288,45 +533,57 @@
     return box;
   }
 
-  /* Reads name this page to the server, for the access log of answers shown through a review grant. */
-  var READ_HEADERS = { Accept: "application/json", "X-Review-Surface": "page" };
+  var EMPTY = {
+    unreviewed: [gettext("Nothing left to review"), gettext("Every answer in this queue has a verdict. New answers appear here as people ask questions.")],
+    rated_down: [gettext("No answers rated down"), gettext("Answers the askers rated down appear here with their reason and comment.")],
+    refused: [gettext("No refusals"), gettext("Questions the knowledge base declined to answer appear here.")],
+    flagged: [gettext("No flagged answers"), gettext("Citations you flag as wrong, unsupported or outdated are listed here with their notes.")],
+    all: [gettext("Nothing to review yet"), gettext("Answers appear here as people ask questions.")]
+  };
 
   var PAGE = 20;
+  var lastId = null;
   var more = el("button", "btn review-more", gettext("Load older answers"));
   more.type = "button";
+  more.disabled = true;
+  more.addEventListener("click", function () { loadPage(lastId, false); });
 
-  function loadPage(before) {
+  function loadPage(before, thenFocus) {
     more.disabled = true;
-    var url = "/api/review/answers?limit=" + PAGE + (flaggedOnly ? "&flagged=true" : "") + (before ? "&before=" + before : "");
-    fetch(url, { credentials: "same-origin", headers: READ_HEADERS }).then(function (response) {
-      if (!response.ok) throw new Error("HTTP " + response.status);
-      return response.json();
-    }).then(function (answers) {
+    var url = "/api/review/answers?" + narrowed(["limit=" + PAGE, "queue=" + queue]) + (before ? "&before=" + before : "");
+    read(url).then(function (answers) {
       if (!before) {
         list.textContent = "";
         list.setAttribute("data-loaded", "true");
       }
       if (!answers.length && !before) {
-        list.appendChild(flaggedOnly
-          ? empty(gettext("No flagged answers"), gettext("Citations you flag as wrong, unsupported or outdated are listed here with their notes."))
-          : empty(gettext("Nothing to review yet"), gettext("Answers appear here as people ask questions.")));
+        var words = search || folder ? [gettext("No answers match"), gettext("Try other words, another folder or another queue.")] : EMPTY[queue];
+        list.appendChild(empty(words[0], words[1]));
         return;
       }
-      answers.forEach(function (answer) { list.insertBefore(answerItem(answer), more.parentNode ? more : null); });
+      var first = null;
+      answers.forEach(function (answer) {
+        var item = answerItem(answer);
+        first = first || item;
+        list.insertBefore(item, more.parentNode ? more : null);
+      });
+      if (answers.length) lastId = answers[answers.length - 1].id;
       if (answers.length === PAGE) {
-        more.onclick = function () { loadPage(answers[answers.length - 1].id); };
         more.disabled = false;
         list.appendChild(more);
       } else if (more.parentNode) {
         more.remove();
       }
+      if (!before) focusItem(first, true);
+      else if (thenFocus) { if (first) focusItem(first); else finished(); }
     }).catch(function (error) {
       if (!before) list.textContent = "";
-      var alert = el("div", "alert alert-error", fmt(gettext("The answers could not be loaded (%(reason)s). Reload the page to try again."), { reason: error.message }));
+      var alert = el("div", "alert alert-error", fmt(gettext("The answers could not be loaded. %(reason)s"), { reason: error.message }));
       alert.setAttribute("role", "alert");
       list.appendChild(alert);
+      more.disabled = false;
     });
   }
 
-  loadPage(null);
+  loadPage(null, false);
 })();

@@ -1,0 +1,61 @@
+"""How well an answer matches (chat.match): the label is decided from the answer's own text and retrieval's gap,
+stored with the answer, replayed, returned by the API, and never sends the numbers behind it to the reader.
+
+Real models and a real index; the thresholds are the settings the development sets chose (docs/CHAT.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from chat import match
+from chat.models import Message
+from chat.selectors import conversation_replay
+from chat.services import answer_produce, question_ask
+from kb.library.models import Document
+from tests.chat.conftest import EXPORT_QUESTION
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize(("similarity", "gap", "level"), [
+    (0.90, 0.20, match.QUOTED),
+    (0.85, 0.20, match.CLOSEST),  # the answer's text is far from the question
+    (0.90, 0.03, match.CLOSEST),  # no passage stood out from its look-alikes
+    (0.90, None, match.QUOTED),  # no retrieval signals recorded: the text decides alone
+])
+def test_the_level_is_closest_below_either_line(similarity: float, gap: float | None, level: str, settings: Any) -> None:
+    settings.KB_ANSWER_MATCH_SIMILARITY, settings.KB_ANSWER_MATCH_GAP = 0.86, 0.06
+    assert match.MatchSignals(similarity=similarity, gap=gap).level() == level
+
+
+def test_similarity_reads_the_answers_words_across_languages_not_its_markers() -> None:
+    question = "How long does the company pay full salary during sickness absence?"
+    right = "Northwind Lumen pays full salary during sickness absence for up to 30 working days [1]."
+    off = "Press Add carrier above the list to open the new-carrier wizard [3]."
+    polish = "Firma wypłaca pełne wynagrodzenie podczas nieobecności chorobowej do 30 dni roboczych [1]."
+    assert match.similarity(question, right) == pytest.approx(match.similarity(question, right.replace(" [1]", "")))
+    assert match.similarity(question, right) > 0.86 > match.similarity(question, off)
+    assert match.similarity(question, polish) > match.similarity(question, off) + 0.05
+
+
+def test_the_label_is_stored_replayed_and_returned_without_its_numbers(
+    corpus: dict[str, Document], people: dict[str, Any], settings: Any, client: Any
+) -> None:
+    asked = question_ask(user=people["carol"], question=EXPORT_QUESTION, enqueue=False)
+    answer_produce(message_id=asked.answer.pk)
+    answer = Message.objects.get(pk=asked.answer.pk)
+    assert answer.match == match.QUOTED, answer.text  # the Export dialog's own sentence answers it
+    # The same question where no answer could be close enough: the label says so, everywhere the answer goes.
+    settings.KB_ANSWER_MATCH_SIMILARITY = 0.999
+    again = question_ask(user=people["carol"], question=EXPORT_QUESTION, conversation_id=asked.conversation.pk,
+                         enqueue=False)
+    answer_produce(message_id=again.answer.pk)
+    assert Message.objects.get(pk=again.answer.pk).match == match.CLOSEST
+    done = [e for e in conversation_replay(asked.conversation, viewer=people["carol"]) if e["type"] == "done"]
+    assert [e.get("match") for e in done] == [match.QUOTED, match.CLOSEST]
+    assert all("match_signals" not in e for e in done)
+    client.force_login(people["carol"])
+    messages = client.get(f"/api/conversations/{asked.conversation.pk}").json()["messages"]
+    assert [m["match"] for m in messages if m["role"] == "assistant"] == [match.QUOTED, match.CLOSEST]
