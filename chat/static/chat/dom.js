@@ -56,10 +56,10 @@
     return failure("refused", detail || gettext("The request was not accepted."));
   }
 
-  // A JSON request (a write with the session's CSRF token); rejects with an error from `refusal`, or of kind
-  // "network" when the server was not reached.
-  function json(method, url, body) {
-    var options = { method: method, credentials: "same-origin", headers: { Accept: "application/json" } };
+  // A JSON request (a write with the session's CSRF token; `headers` added to every request's own); rejects with an
+  // error from `refusal`, or of kind "network" when the server was not reached.
+  function json(method, url, body, headers) {
+    var options = { method: method, credentials: "same-origin", headers: Object.assign({ Accept: "application/json" }, headers) };
     if (method !== "GET") options.headers["X-CSRFToken"] = csrf();
     if (body !== undefined) {
       options.headers["Content-Type"] = "application/json";

@@ -23,24 +23,8 @@
   function when(iso) { return KB.formatDate(iso, { time: true }); }  // the date format of every page
 
   /* Reads name this page to the server, for the access log of answers shown through a review grant; a failed read
-   * says what to do in the words the other pages use (chat/dom.js), never a status code. */
-  var READ_HEADERS = { Accept: "application/json", "X-Review-Surface": "page" };
-  function read(url) {
-    return fetch(url, { credentials: "same-origin", headers: READ_HEADERS }).catch(function () {
-      throw new Error(gettext("The server could not be reached. Check your connection and try again."));
-    }).then(function (response) {
-      if (response.status === 401 || (response.redirected && /\/accounts\/login\//.test(response.url))) {
-        throw new Error(gettext("Your session has ended. Sign in again to continue."));
-      }
-      return response.json().catch(function () { return null; }).then(function (data) {
-        if (response.ok) return data;
-        var reference = data && typeof data.reference === "string" && /^[0-9a-f]{4,32}$/.test(data.reference) ? data.reference : null;
-        if (reference) throw new Error(fmt(gettext("Something went wrong on our side. If it keeps happening, give your administrator this reference: %(reference)s."), { reference: reference }));
-        if (response.status >= 500) throw new Error(gettext("The server could not handle this just now. Try again in a moment."));
-        throw new Error(data && typeof data.detail === "string" ? data.detail : gettext("The request was not accepted."));
-      });
-    });
-  }
+   * says what to do in the words the other pages use (KB.json), never a status code. */
+  function read(url) { return KB.json("GET", url, undefined, { "X-Review-Surface": "page" }); }
 
   function narrowed(params) {
     var query = params.slice();
