@@ -181,6 +181,7 @@ class ReviewAnswerBriefOut(Schema):
     refusal_reason: str
     error: str
     backend: str
+    match: str = Field(default="", description="chat.match's label: \"quoted\", \"closest\", or empty")
     citations: list[ReviewCitationBriefOut]
     restricted_citations: list[int]
     unsupported: list[UnsupportedClaimOut]
@@ -194,8 +195,9 @@ class VerdictIn(TypedIn):
     verdict: Literal["confirmed", "dismissed"]
 
 
-ReviewQueue = Literal["unreviewed", "rated_down", "refused", "flagged", "all"]
-QUEUE_HELP = ("unreviewed: finished answers and refusals no reviewer has judged; rated_down: the asker's thumbs "
+ReviewQueue = Literal["unreviewed", "closest", "rated_down", "refused", "flagged", "all"]
+QUEUE_HELP = ("unreviewed: finished answers and refusals no reviewer has judged; closest: answers labelled as a "
+              "closest match, which may not answer the question; rated_down: the asker's thumbs "
               "down; refused; flagged: a reviewer's flag on the answer or a citation; all")
 
 
@@ -223,6 +225,7 @@ class ReviewCountsIn(ReviewNarrow):
 
 class QueueCountsOut(Schema):
     unreviewed: int
+    closest: int
     rated_down: int
     refused: int
     flagged: int
@@ -328,7 +331,8 @@ def _review_brief(review: ReviewView, judged: dict[int, list[dict[str, Any]]]) -
         "question": m.question.text if m.question else "", "follows": getattr(m, "follows", None) or "",
         "status": m.status, "text": text,
         "text_truncated": text_truncated, "withheld": view.withheld, "refusal_reason": view.refusal_reason,
-        "error": view.error, "backend": m.backend, "citations": citations, "restricted_citations": view.restricted,
+        "error": view.error, "backend": m.backend, "match": m.match, "citations": citations,
+        "restricted_citations": view.restricted,
         "unsupported": view.unsupported, "feedback": [_feedback(f) for f in review.feedback],
         "judgements": judged.get(m.pk, []), "review_grants": view.grants, "created_at": m.created_at,
     }

@@ -21,6 +21,7 @@ from django.utils.translation import gettext, gettext_noop
 from accounts.acl import is_active_user
 from chat.citations import render_html
 from chat.events import CitationPayload, ClaimPayload, Event, Timings, citation_from_stored
+from chat.match import CLOSEST
 from chat.models import Citation, Conversation, Feedback, Judgement, Message, ReviewAccess
 from chat.review_scope import ReviewScope, access_log, review_scope
 from chat.review_scope import is_reviewer as is_reviewer  # where the API, the pages and judgements ask it
@@ -307,20 +308,22 @@ def review_views(answers: Sequence[Message], *, viewer: Any, surface: str,
 # with their grants, written as a query): the others are one number, `hidden`, which no filter, folder or
 # search term changes, so that nothing about them (their text, status, folder or verdicts) can be probed.
 
-QUEUES = ("unreviewed", "rated_down", "refused", "flagged", "all")
+QUEUES = ("unreviewed", "closest", "rated_down", "refused", "flagged", "all")
 SEARCH_WORDS = 8  # of a search, the first words; each must appear in the question or the answer
 SEARCH_MAX = 200  # characters of a search
 
 
 def _queue_condition(queue: str) -> Q:
     """Which answers a queue holds: unreviewed, a finished answer or refusal no reviewer has judged (a verdict
-    takes it out); rated_down, the asker's thumbs down (any reason); refused; flagged, a reviewer's flag on it or
-    one of its citations; all."""
+    takes it out); closest, an answer chat.match labelled "may not answer your question" (where wrong answers
+    gather: docs/CHAT.md); rated_down, the asker's thumbs down (any reason); refused; flagged, a reviewer's flag on
+    it or one of its citations; all."""
     if queue not in QUEUES:
         raise ValueError(f"unknown review queue {queue!r}; one of {', '.join(QUEUES)}")
     judged = Judgement.objects.filter(message=OuterRef("pk"), role=Judgement.Role.REVIEWER)
     return {
         "unreviewed": Q(status__in=(Message.Status.DONE, Message.Status.REFUSED)) & ~Q(Exists(judged)),
+        "closest": Q(status=Message.Status.DONE, match=CLOSEST),
         "rated_down": Q(rating=-1),
         "refused": Q(status=Message.Status.REFUSED),
         "flagged": Q(Exists(Feedback.objects.filter(message=OuterRef("pk")))),

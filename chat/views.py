@@ -23,7 +23,8 @@ def ask(request: HttpRequest) -> HttpResponse:
     return render(request, "chat/ask.html", {"max_question": 2000})
 
 
-REVIEW_QUEUES = (("unreviewed", gettext_lazy("Unreviewed")), ("rated_down", gettext_lazy("Rated down")),
+REVIEW_QUEUES = (("unreviewed", gettext_lazy("Unreviewed")), ("closest", gettext_lazy("Closest matches")),
+                 ("rated_down", gettext_lazy("Rated down")),
                  ("refused", gettext_lazy("Refused")), ("flagged", gettext_lazy("Flagged")),
                  ("all", gettext_lazy("All answers")))
 

@@ -48,12 +48,26 @@ def ids(views: list[selectors.ReviewView]) -> list[int]:
     return [v.answer.message.pk for v in views]
 
 
+def test_the_closest_queue_holds_the_answers_labelled_closest_that_the_reviewer_sees_in_full(
+        desk: dict[str, Any], people: dict[str, Any]) -> None:
+    from chat.models import Message
+
+    sam = people["sam"]
+    export, vault = desk["export"], desk["vault"]
+    assert review_counts(reviewer=sam).queues["closest"] == 0
+    # Both labelled as a closest match (chat.match); the vault's answer draws on what sam may not read.
+    Message.objects.filter(pk__in=[export.pk, vault.pk]).update(match="closest")
+    counts = review_counts(reviewer=sam)
+    assert counts.queues["closest"] == 1 and counts.hidden == 1
+    assert ids(review_queue(reviewer=sam, queue="closest", surface=SURFACE)) == [export.pk]
+
+
 def test_each_queue_lists_and_counts_only_what_the_reviewer_sees_in_full(desk: dict[str, Any],
                                                                          people: dict[str, Any]) -> None:
     sam = people["sam"]
     export, refusal = desk["export"], desk["refusal"]
     counts = review_counts(reviewer=sam)
-    assert counts.queues == {"unreviewed": 2, "rated_down": 1, "refused": 1, "flagged": 0, "all": 2}
+    assert counts.queues == {"unreviewed": 2, "closest": 0, "rated_down": 1, "refused": 1, "flagged": 0, "all": 2}
     assert counts.hidden == 1
     assert ids(review_queue(reviewer=sam, queue="unreviewed", surface=SURFACE)) == [refusal.pk, export.pk]
     assert ids(review_queue(reviewer=sam, queue="rated_down", surface=SURFACE)) == [export.pk]
@@ -62,7 +76,7 @@ def test_each_queue_lists_and_counts_only_what_the_reviewer_sees_in_full(desk: d
     services.feedback_add(reviewer=sam, message=export, kind="outdated", citation_number=1, note="old")
     judgements.message_judge(judge=sam, message_id=refusal.pk, role="reviewer", kind="helpful")
     counts = review_counts(reviewer=sam)
-    assert counts.queues == {"unreviewed": 1, "rated_down": 1, "refused": 1, "flagged": 1, "all": 2}
+    assert counts.queues == {"unreviewed": 1, "closest": 0, "rated_down": 1, "refused": 1, "flagged": 1, "all": 2}
     assert ids(review_queue(reviewer=sam, queue="unreviewed", surface=SURFACE)) == [export.pk]  # judged: gone
     assert ids(review_queue(reviewer=sam, queue="flagged", surface=SURFACE)) == [export.pk]
     # The asker's verdict does not take an answer out of the unreviewed queue; a reviewer's does.

@@ -135,10 +135,25 @@ def test_sam_clears_ten_answers_from_the_unreviewed_queue_by_keyboard(open_page:
     page.wait_for_url(lambda url: f"q={SECRET}" in url)
     page.wait_for_selector("#review-list[data-loaded=true]")
     assert page.locator(".review-item").count() == 0
-    assert [c.inner_text() for c in page.locator(".review-count").all()] == ["0", "0", "0", "0", "0"]
+    assert [c.inner_text() for c in page.locator(".review-count").all()] == ["0"] * 6
     assert "1 answer draws on documents you cannot read" in page.locator("#review-hidden").inner_text()
     assert SECRET not in page.locator("#review-list").inner_text()
     assert_clean(page)
+
+    # The closest-match queue: an answer chat.match labelled closest, with the label its asker saw (a verdict does
+    # not take it out); the hidden answer, labelled too, is not listed there either.
+    from chat.models import Message
+
+    closest = next(a for a in answers if a.status == "done")
+    Message.objects.filter(status="done").update(match="quoted")  # as labelled, whatever the small corpus gave
+    Message.objects.filter(pk__in=[closest.pk, hidden.pk]).update(match="closest")
+    page.goto("/review/?filter=closest")
+    page.wait_for_selector("#review-list[data-loaded=true] .review-item")
+    items = page.locator(".review-item")
+    assert items.count() == 1 and items.first.get_attribute("data-message") == str(closest.pk)
+    assert items.first.locator(".match-closest").inner_text() == "Closest passage — may not answer your question"
+    assert page.locator('.review-count[data-count="closest"]').inner_text() == "1"
+    assert SECRET not in page.locator("#review-list").inner_text()
 
     # At phone width the queue, its counts and the keys fit the screen.
     phone = open_page(people["sam"], width=390, height=844)

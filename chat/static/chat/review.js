@@ -193,6 +193,8 @@
     }
     item.appendChild(head);
     item.appendChild(judgementList(answer));
+    // The label the asker saw (chat.match): an answer that may not answer the question says so here too.
+    if (answer.match === "closest") item.appendChild(el("p", "backend-badge match-closest", gettext("Closest passage — may not answer your question")));
     item.appendChild(el("p", "review-answer", answer.text || answer.refusal_reason || answer.error || ""));
     var trimmed = answer.text_truncated || answer.citations.some(function (c) { return c.quote_truncated; });
     if (trimmed) item.appendChild(wholeButton(answer, item));
@@ -519,6 +521,7 @@
 
   var EMPTY = {
     unreviewed: [gettext("Nothing left to review"), gettext("Every answer in this queue has a verdict. New answers appear here as people ask questions.")],
+    closest: [gettext("No closest matches"), gettext("Answers labelled “Closest passage — may not answer your question” appear here: most wrong answers are among them.")],
     rated_down: [gettext("No answers rated down"), gettext("Answers the askers rated down appear here with their reason and comment.")],
     refused: [gettext("No refusals"), gettext("Questions the knowledge base declined to answer appear here.")],
     flagged: [gettext("No flagged answers"), gettext("Citations you flag as wrong, unsupported or outdated are listed here with their notes.")],
