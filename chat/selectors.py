@@ -211,7 +211,11 @@ def message_events(view: MessageView) -> list[Event]:
         status: Event = {"type": "status", "message": m.pk, "state": "generating", "backend": m.backend,
                          "model": m.model, "notice": m.notice, "intent": m.intent} if m.backend else {
                          "type": "status", "message": m.pk, "state": "retrieving"}
-        return [status, *(text if m.text else [])]
+        # Written, cited, not yet done (the match level is being read): a reader who arrives now gets the
+        # citations the live stream already sent, or the `done` that follows would show no sources.
+        cited: list[Event] = ([{"type": "citations", "message": m.pk, "citations": view.citations}]
+                              if view.citations and not view.withheld else [])
+        return [status, *(text if m.text else []), *cited]
     if m.status == Message.Status.REFUSED:
         return [{"type": "refused", "message": m.pk, "reason": view.refusal_reason, "text": m.text, "intent": m.intent,
                  "timings": view.timings}]

@@ -59,3 +59,24 @@ def test_the_label_is_stored_replayed_and_returned_without_its_numbers(
     client.force_login(people["carol"])
     messages = client.get(f"/api/conversations/{asked.conversation.pk}").json()["messages"]
     assert [m["match"] for m in messages if m["role"] == "assistant"] == [match.QUOTED, match.CLOSEST]
+
+
+def test_a_reader_who_arrives_while_the_match_is_read_gets_the_citations_already_sent(
+    corpus: dict[str, Document], people: dict[str, Any]
+) -> None:
+    """The stream sends `citations`, then reads the match level (~0.25 s), then `done`: a page that connects in
+    between is brought up to date from the store, and must not get a `done` with no sources to show."""
+    done = Message.objects.get(pk=_produced(people["carol"]))
+    # The same answer as it stands between the two events: text and citations stored, still running.
+    Message.objects.filter(pk=done.pk).update(status=Message.Status.RUNNING, match="")
+    replay = conversation_replay(done.conversation, viewer=people["carol"])
+    kinds = [e["type"] for e in replay if e.get("message") == done.pk]
+    assert kinds == ["status", "token", "citations"], kinds
+    cited = next(e for e in replay if e["type"] == "citations")["citations"]
+    assert [c["number"] for c in cited] == [c.number for c in done.citations.all()] and cited
+
+
+def _produced(user: Any) -> int:
+    asked = question_ask(user=user, question=EXPORT_QUESTION, enqueue=False)
+    answer_produce(message_id=asked.answer.pk)
+    return int(asked.answer.pk)

@@ -24,12 +24,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 POOL_SIZE = 3
 
 
+APP = "kb-pool-daphne"  # the Daphne's application_name (libpq reads PGAPPNAME): only its connections count
+
+
 def backend_count() -> int:
-    """Connections to the test database other than this test's own."""
+    """Connections to the test database held by the Daphne under test (not a worker's that happens to be open)."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND application_name = %s", [APP])
         return int(cursor.fetchone()[0])
 
 
@@ -37,7 +39,7 @@ def test_concurrent_requests_share_a_bounded_pool(people: dict[str, Any], settin
     _, token = token_create(user=people["alice"])
     port = free_port()
     baseline = backend_count()
-    env = service_env(SECRET_KEY=settings.SECRET_KEY, KB_DB_POOL_SIZE=str(POOL_SIZE))
+    env = service_env(SECRET_KEY=settings.SECRET_KEY, KB_DB_POOL_SIZE=str(POOL_SIZE), PGAPPNAME=APP)
     argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "kb.asgi:application"]
     with child("pool-daphne", argv, env) as web:
         wait_until(lambda: listening(port), "daphne", [web])
