@@ -176,15 +176,17 @@ def rerun_in_scratch_database(argv: list[str]) -> int:
         return subprocess.run(argv, env=env, check=False).returncode
 
 
-def run_in_scratch_database(script: Path, extra: list[str]) -> dict[str, Any]:
-    """Run `script --inner OUT *extra` against a fresh database on the same server; the JSON it wrote to OUT."""
+def run_in_scratch_database(script: Path, extra: list[str], *, keep: str | None = None) -> dict[str, Any]:
+    """Run `script --inner OUT *extra` against a fresh database on the same server; the JSON it wrote to OUT.
+    With `keep`, the database is `manage.py evaluate --reuse-index`'s kb_eval_keep_<keep>, kept for the next run."""
     from django.conf import settings
     from django.db import connection
 
     from lab.evaluation.runner import database_url, scratch_database
 
-    with scratch_database(connection.settings_dict) as name, tempfile.TemporaryDirectory(prefix="kb-bench-") as tmp:
-        print(f"scratch database {name} (dropped at the end); ingesting the corpus …", file=sys.stderr)
+    with scratch_database(connection.settings_dict, keep=keep) as name, \
+            tempfile.TemporaryDirectory(prefix="kb-bench-") as tmp:
+        print(f"scratch database {name} ({'kept' if keep else 'dropped at the end'}) …", file=sys.stderr)
         out = Path(tmp) / "results.json"
         env = dict(os.environ)
         env.update(DATABASE_URL=database_url(connection.settings_dict, name), REDIS_URL=settings.REDIS_URL,

@@ -68,6 +68,7 @@ def sources_for(hits: Sequence[Hit]) -> list[Source]:
                 number=len(sources) + 1, chunk_id=hit.chunk_id, document_id=hit.document_id,
                 document_title=hit.document_title, label=hit.breadcrumb, text=text, start=start, end=end,
                 page=page, distance=hit.distance, audience=hit.audience, parts=max(1, len(parts)),
+                remembered=hit.remembered_spans,
             )
         )
     return sources
@@ -203,6 +204,8 @@ def _answered(record: AnswerRecord, *, user: Any, question: str, message: int, r
     timings: Timings = {"retrieval_ms": retrieval_ms, "first_token_ms": None, "total_ms": None}
     record.intent, record.nearest_distance, record.threshold = result.intent, result.nearest_distance, result.threshold
     record.signals = result.signals.as_json() if result.signals else {}
+    if result.remembered:  # which remembered questions led here: a verdict against this answer forgets them
+        record.signals["remembered"] = result.remembered
     record.vector = result.vector.tolist() if result.vector is not None else None
     if not result.answerable:
         # NO ANSWER is decided by retrieval's answerability model (search.answerability), before any model writes.

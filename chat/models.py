@@ -68,7 +68,10 @@ class Message(models.Model):
     model = models.CharField(max_length=200, blank=True)
     notice = models.CharField(max_length=300, blank=True, help_text="Shown with the answer, e.g. a small model's caveat")
     match = models.CharField(max_length=16, blank=True,
-                             help_text="How well the answer matches its question (chat.match): quoted, or closest")
+                             help_text="How well the answer matches its question (chat.match): quoted, closest, or curated")
+    # The curated answer it served (chat.curated), if it was one.
+    curated = models.ForeignKey("chat.CuratedAnswer", null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="served")
     # Every document handed to the generator, cited or not: the answer may draw on any of them,
     # so it is shown only to readers who may read them all (chat.selectors).
     source_documents = ArrayField(models.BigIntegerField(), default=list, blank=True)
@@ -144,9 +147,10 @@ class Citation(models.Model):
 
 
 class Feedback(models.Model):
-    """A reviewer's flag on an answer, or on one of its citations."""
+    """A reviewer's flag on an answer, or on one of its citations (or their confirmation of a citation)."""
 
     class Kind(models.TextChoices):
+        RIGHT_SOURCE = "right_source", "Right source"  # support confirms the citation: its question is remembered
         WRONG_SOURCE = "wrong_source", "Wrong source"
         UNSUPPORTED = "unsupported", "Unsupported claim"
         OUTDATED = "outdated", "Outdated"
@@ -197,8 +201,14 @@ class Judgement(models.Model):
     kind = models.CharField(max_length=16, choices=Kind.choices)
     document = models.ForeignKey(
         "kb.Document", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
-        help_text="Should have answered: the document that answers the question",
+        help_text="Should have answered (or wrong): the document that answers the question",
     )
+    # Should have answered (or wrong), with the passage picked in the viewer: the document's range the judge selected, and the
+    # passage (kb.Chunk.stable_id) it lies in; the question is then remembered for that passage (search.memory).
+    passage = models.CharField(max_length=40, blank=True, default="",
+                               help_text="The passage that answers the question (kb.Chunk.stable_id)")
+    start = models.PositiveIntegerField(null=True, blank=True)
+    end = models.PositiveIntegerField(null=True, blank=True)
     reason = models.CharField(max_length=20, choices=Reason.choices, blank=True, default="",
                               help_text="The asker's reason chip with a thumbs down; empty for any other verdict")
     note = models.TextField(blank=True)
@@ -209,8 +219,10 @@ class Judgement(models.Model):
         ordering = ["message_id", "created_at", "pk"]
         constraints = [
             models.UniqueConstraint(fields=["message", "judge"], name="chat_judgement_message_judge"),
-            models.CheckConstraint(condition=models.Q(document__isnull=True) | models.Q(kind="should_answer"),
+            models.CheckConstraint(condition=models.Q(document__isnull=True) | models.Q(kind__in=["should_answer", "wrong"]),
                                    name="chat_judgement_document_should_answer"),
+            models.CheckConstraint(condition=models.Q(passage="") | models.Q(document__isnull=False),
+                                   name="chat_judgement_passage_document"),
         ]
         permissions = [("export_judgement", "Can export judgements as an evaluation set")]
 
@@ -276,3 +288,74 @@ class ReviewAccess(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reviewer_name} read answer {self.answer} ({self.get_surface_display()})"
+
+
+class CuratedAnswer(models.Model):
+    """Support's answer to a recurring question, written once (chat.curated): text whose claims cite passages
+    (CuratedCitation), plus the example questions it answers (CuratedQuestion). A later question close to an example
+    gets it, only when the asker may read every cited passage at that moment; a cited passage that changes or
+    disappears makes it stale, and it is not served until approved again."""
+
+    class State(models.TextChoices):
+        DRAFT = "draft", _("Draft")
+        APPROVED = "approved", _("Approved")
+        STALE = "stale", _("Stale: a cited passage changed")
+
+    text = models.TextField(help_text="The answer; each claim cites a passage as [n]")
+    # Support's own statement, shown apart from the quotes ("The data file cannot have two-factor authentication"):
+    # what the documents do not say, said by support.
+    statement = models.TextField(blank=True, default="")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.DRAFT, db_index=True)
+    stale_reason = models.CharField(max_length=500, blank=True, default="")
+    # Where it was written from: an answer on the review desk, or a content-gap topic's label.
+    from_message = models.ForeignKey(Message, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    from_topic = models.CharField(max_length=300, blank=True, default="")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="+")
+    approved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-updated_at", "-pk"]
+        verbose_name = _("curated answer")
+        verbose_name_plural = _("curated answers")
+        permissions = [("curate_answer", "Can write and approve curated answers")]
+
+    def __str__(self) -> str:
+        return self.text[:80]
+
+
+class CuratedCitation(models.Model):
+    """Passage [number] of a curated answer: its document's chunk with `stable_id` (unchanged while the passage's
+    text is), with the quoted range of the document as it was approved."""
+
+    answer = models.ForeignKey(CuratedAnswer, on_delete=models.CASCADE, related_name="citations")
+    number = models.PositiveSmallIntegerField()
+    document = models.ForeignKey("kb.Document", null=True, on_delete=models.SET_NULL, related_name="+")
+    stable_id = models.CharField(max_length=40)
+    start = models.PositiveIntegerField()
+    end = models.PositiveIntegerField()
+    quote = models.TextField(help_text="Exactly the document's text at [start:end] when approved")
+
+    class Meta:
+        ordering = ["answer_id", "number"]
+        constraints = [models.UniqueConstraint(fields=["answer", "number"], name="chat_curatedcitation_answer_number")]
+
+    def __str__(self) -> str:
+        return f"[{self.number}] of curated answer {self.answer_id}"
+
+
+class CuratedQuestion(models.Model):
+    """One example question a curated answer answers, embedded: later questions are matched against these."""
+
+    answer = models.ForeignKey(CuratedAnswer, on_delete=models.CASCADE, related_name="questions")
+    text = models.CharField(max_length=1000)
+    embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS)
+
+    class Meta:
+        ordering = ["answer_id", "pk"]
+
+    def __str__(self) -> str:
+        return self.text[:80]

@@ -67,6 +67,8 @@ class Source:
     audience: str = CONCEPT
     parts: int = 1  # > 1: a split section, all its parts in order
     focus: tuple[int, int, int | None] | None = None  # (start, end, page) of the sentence the answer quotes
+    # The document's ranges that answered questions like this one before (search.memory): quoted first.
+    remembered: tuple[tuple[int, int], ...] = ()
 
     @property
     def link(self) -> str:

@@ -191,6 +191,21 @@ KB_VERDICT_MAX_JUDGE_SHARE = env_float("KB_VERDICT_MAX_JUDGE_SHARE", 0.2)
 if not 0 < KB_VERDICT_MAX_JUDGE_SHARE <= 1:
     raise ImproperlyConfigured(f"KB_VERDICT_MAX_JUDGE_SHARE must be above 0 and at most 1 (got {KB_VERDICT_MAX_JUDGE_SHARE})")
 
+# Learning from use (docs/LEARNING.md) -------------------------------------------
+# A remembered question (search.memory) within this cosine distance of the new question (MiniLM's space) puts its
+# passage first and makes the question answerable; the list of remembered questions reaches KB_MEMORY_REACH and is
+# fused with the others at KB_SEARCH_WEIGHT_REMEMBERED (bench/learn_from_use.py chose them).
+KB_MEMORY_DISTANCE = env_float("KB_MEMORY_DISTANCE", 0.3)
+KB_MEMORY_REACH = env_float("KB_MEMORY_REACH", 0.45)  # farthest remembered question that ranks in the fusion
+KB_SEARCH_WEIGHT_REMEMBERED = env_float("KB_SEARCH_WEIGHT_REMEMBERED", 1.0)  # RRF weight of the remembered list
+# One judge holds at most KB_VERDICT_MAX_JUDGE_SHARE of the remembered questions, once there are more than this many
+# (below it, anyone may add up to this many): one person cannot fill the memory.
+KB_MEMORY_JUDGE_FLOOR = env_int("KB_MEMORY_JUDGE_FLOOR", 25, minimum=1)
+# A question within this cosine distance of a curated answer's example question gets the curated answer (chat.curated)
+KB_CURATED_DISTANCE = env_float("KB_CURATED_DISTANCE", 0.3)
+# A boosted document or passage (search.adjustments) gains this on the late stage's similarity scale
+KB_SEARCH_BOOST = env_float("KB_SEARCH_BOOST", 0.1)
+
 # Answers (docs/CHAT.md) ---------------------------------------------------------
 
 KB_ANSWER_BACKEND = env_str("KB_ANSWER_BACKEND", "extractive")  # extractive | local | openai | dotted.Class

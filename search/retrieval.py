@@ -3,8 +3,10 @@
 One SQL round trip gathers three candidate lists, each filtered by the user's access
 principals in its own WHERE before its ORDER BY ... LIMIT (never a post-filter):
 dense (HNSW cosine, iterative index scan), lexical (IDF-weighted full text) and
-identifier (trigram-indexed ILIKE for codes, keys and flags). They are fused by
-reciprocal rank; near-duplicates of a better hit are dropped; late interaction
+identifier (trigram-indexed ILIKE for codes, keys and flags), plus the questions verdicts remembered for their
+passages (search.memory), joined to the passage under the same filter. They are fused by reciprocal rank (a
+remembered question near enough puts its passage first); staff's hidden passages are left out and boosted ones
+gain (search.adjustments); near-duplicates of a better hit are dropped; late interaction
 (search.late) re-orders the top hits; the answerability model (or the distance gate)
 decides whether the question is answerable (NO ANSWER otherwise); an optional
 cross-encoder reranks the survivors; a hard cap bounds what reaches the generator.
@@ -33,6 +35,7 @@ from kb.text import embedding, language, multilingual
 from kb.text.classify import SCREEN, classify_query
 from kb.text.multilingual import ENGLISH_SCALE
 from search import answerability, late, replica, rerank
+from search.models import RememberedQuestion
 from search.stats import idf_sql, readable_languages, readable_ndoc_sql, readable_total_sql
 
 # A word of any script: letters and digits, with inner apostrophes, dots and hyphens (a CJK run, written
@@ -81,6 +84,13 @@ class SearchOptions:
     late_weight: float = field(default_factory=lambda: settings.KB_SEARCH_LATE_WEIGHT)
     rerank: bool = True
     answerability: bool = True  # False: the distance threshold alone decides (as before calibration)
+    # Remembered questions (search.memory): their candidate list reaches `memory_reach` (cosine distance between the
+    # questions); one within `memory_distance` puts its passage first and makes the question answerable.
+    memory: bool = True
+    memory_distance: float = field(default_factory=lambda: settings.KB_MEMORY_DISTANCE)
+    memory_reach: float = field(default_factory=lambda: settings.KB_MEMORY_REACH)
+    weight_remembered: float = field(default_factory=lambda: settings.KB_SEARCH_WEIGHT_REMEMBERED)
+    boost: float = field(default_factory=lambda: settings.KB_SEARCH_BOOST)  # a boosted passage's gain (adjustments)
 
 
 @dataclass(frozen=True)
@@ -110,6 +120,12 @@ class Hit:
     # Whose passage: "english" (MiniLM's space: `distance` is MiniLM's) or "multilingual" (a passage in another
     # language: `distance` is its multilingual distance on MiniLM's scale).
     space: str = "english"
+    # The nearest remembered question of this passage (search.memory), the ids of those within reach of the question
+    # (nearest first), and the document's ranges they were remembered with (what answered them).
+    remembered_distance: float | None = None
+    remembered: tuple[int, ...] = ()
+    remembered_spans: tuple[tuple[int, int], ...] = ()
+    boosted: bool = False  # staff boosted it or its document (search.adjustments)
 
     @property
     def link(self) -> str:
@@ -131,6 +147,7 @@ class SearchResult:
     cutoff: float | None = None
     vector: np.ndarray | None = None  # the query's embedding: stored with the answer for content-gap topics
     space: str = "english"  # the nearest passage's space: whose signals decide answer or refuse
+    remembered_distance: float | None = None  # the nearest remembered question's, among passages the user may read
 
     @property
     def passed(self) -> list[Hit]:
@@ -139,6 +156,12 @@ class SearchResult:
     @property
     def answerable(self) -> bool:
         return bool(self.passed)
+
+    @property
+    def remembered(self) -> list[int]:
+        """The remembered questions that put the passed passages first: a later verdict against the answer they
+        led to forgets them (chat.judgements)."""
+        return [i for hit in self.passed for i in hit.remembered]
 
     @property
     def related_distance(self) -> float:
@@ -196,7 +219,7 @@ def lexical_configs(query: str, principals: list[str], readable: set[str] | None
     return language.question_configs(words, readable_languages(principals) if readable is None else readable)
 
 
-def _candidate_sql(*, dense: bool, lexical: bool, idents: int, multi: bool = False) -> str:
+def _candidate_sql(*, dense: bool, lexical: bool, idents: int, multi: bool = False, memory: bool = False) -> str:
     # Each candidate list carries the ACL overlap in its own WHERE, ahead of ORDER BY/LIMIT,
     # so a restricted chunk is never ranked for this user (tests assert it on this SQL).
     acl = f"c.acl && {PRINCIPALS}"
@@ -248,6 +271,20 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int, multi: bool = Fal
         ) t"""
     else:
         ident_sql = empty
+    # Remembered questions (search.memory) near this one, each standing for its passage while the passage's text is
+    # unchanged (the stable id), under the passage's own access: only a passage this user may read is ranked.
+    distance = "q.embedding <=> %(vector)s::vector"
+    memory_sql = f"""
+        SELECT id, row_number() OVER (ORDER BY distance, id) AS r, distance, questions, question_distances FROM (
+            SELECT c.id, min({distance}) AS distance, array_agg(q.id ORDER BY {distance}, q.id) AS questions,
+                   array_agg({distance} ORDER BY {distance}, q.id) AS question_distances
+            FROM search_rememberedquestion q
+            JOIN kb_chunk c ON c.document_id = q.document_id AND c.stable_id = q.stable_id
+            WHERE {acl} AND {distance} <= %(memory_reach)s
+            GROUP BY c.id ORDER BY distance, c.id LIMIT %(n)s
+        ) q""" if memory else (
+        "SELECT NULL::bigint AS id, NULL::bigint AS r, NULL::float AS distance, NULL::bigint[] AS questions, "
+        "NULL::float[] AS question_distances WHERE false")
     # A lexeme's frequency is counted over the chunks this user may read (search.stats), so no restricted
     # document moves which words select candidates or how they weigh. A lexeme they cannot find counts as rare.
     # A lexeme's frequency is counted among the chunks of the configuration that produced it (search.stats).
@@ -276,18 +313,21 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int, multi: bool = Fal
     lexical AS ({lexical_sql}),
     ident AS ({ident_sql}),
     multi AS ({multi_sql}),
+    remembered AS ({memory_sql}),
     ranked AS (
         SELECT id, r, 'dense' AS source, %(w_dense)s::float AS w FROM dense
         UNION ALL SELECT id, r, 'lexical', %(w_lexical)s::float FROM lexical
         UNION ALL SELECT id, r, 'ident', %(w_ident)s::float FROM ident
         UNION ALL SELECT id, r, 'multilingual', %(w_multilingual)s::float FROM multi
+        UNION ALL SELECT id, r, 'remembered', %(w_remembered)s::float FROM remembered
     ),
     fused AS (
         SELECT id, sum(w / (%(rrf_k)s + r)) AS rrf,
                min(r) FILTER (WHERE source = 'dense') AS dense_rank,
                min(r) FILTER (WHERE source = 'lexical') AS lexical_rank,
                min(r) FILTER (WHERE source = 'ident') AS ident_rank,
-               min(r) FILTER (WHERE source = 'multilingual') AS multilingual_rank
+               min(r) FILTER (WHERE source = 'multilingual') AS multilingual_rank,
+               min(r) FILTER (WHERE source = 'remembered') AS remembered_rank
         FROM ranked GROUP BY id
     )
     SELECT c.id AS chunk_id, c.document_id, d.title AS document_title, d.mime_type, d.embedding_model, c.ordinal,
@@ -295,8 +335,13 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int, multi: bool = Fal
            c.embedding <=> %(vector)s::vector AS distance, f.rrf, f.dense_rank, f.lexical_rank, f.ident_rank,
            f.multilingual_rank, {"c.multilingual_embedding <=> %(mvector)s::vector" if multi else "NULL::float"}
            AS multilingual_distance, c.language AS chunk_language,
-           vector_send(c.embedding) AS vector
+           vector_send(c.embedding) AS vector, f.remembered_rank, m.distance AS remembered_distance,
+           m.questions AS remembered_questions, m.question_distances AS remembered_question_distances,
+           (SELECT CASE WHEN bool_or(a.action = 'hide') THEN 'hide' WHEN bool_or(a.action = 'boost') THEN 'boost' END
+            FROM search_retrievaladjustment a WHERE a.revoked_at IS NULL AND a.document_id = c.document_id
+                 AND (a.stable_id = '' OR a.stable_id = c.stable_id)) AS adjustment
     FROM fused f JOIN kb_chunk c ON c.id = f.id JOIN kb_document d ON d.id = c.document_id
+    LEFT JOIN remembered m ON m.id = f.id
     ORDER BY f.rrf DESC, c.id
     """
 
@@ -326,12 +371,14 @@ def _candidate_query(*, principals: list[str], query: str, vector: np.ndarray, o
         "w_lexical": options.weight_lexical,
         "w_ident": options.weight_ident,
         "w_multilingual": options.weight_multilingual,
+        "w_remembered": options.weight_remembered,
+        "memory_reach": options.memory_reach,
         "mvector": None if mvector is None else "[" + ",".join(map(str, mvector.tolist())) + "]",
         **{f"ident{i}": f"%{token.translate(LIKE_SPECIALS)}%" for i, token in enumerate(idents)},
         "ident_any": "|".join(REGEX_SPECIALS.sub(r"\\\g<0>", token) for token in idents),
     }
     return _candidate_sql(dense=options.dense, lexical=bool(configs), idents=len(idents),
-                          multi=mvector is not None), params
+                          multi=mvector is not None, memory=options.memory), params
 
 
 def _candidates(*, principals: list[str], query: str, vector: np.ndarray, options: SearchOptions,
@@ -415,31 +462,31 @@ def _fuse_spaces(hits: list[Hit], options: SearchOptions) -> list[Hit]:
         return placed
     nearest = min(h.distance for h in placed)
     weights = {"dense": options.weight_dense, "lexical": options.weight_lexical, "ident": options.weight_ident,
-               "multilingual": options.weight_multilingual}
+               "multilingual": options.weight_multilingual, "remembered": options.weight_remembered}
     for name in LISTS_JUDGED:
         best = min((h.distance for h in placed if h.ranks.get(name, JUDGED_TOP + 1) <= JUDGED_TOP), default=None)
         if best is not None and best - nearest > options.multilingual_margin:
             weights[name] = 0.0
-    return [replace(h, score=sum(weights[name] / (options.rrf_k + rank) for name, rank in h.ranks.items()))
-            for h in placed]
+    return [replace(h, score=sum(weights[name] / (options.rrf_k + rank) for name, rank in h.ranks.items())
+                    + (1 / (options.rrf_k + 1) if h.boosted else 0.0)) for h in placed]
 
 
 def _late_rerank(hits: list[Hit], scored: dict[int, tuple[float, float]], *, depth: int, weight: float,
-                 lexical_bonus: float) -> list[Hit]:
+                 lexical_bonus: float, boost: float) -> list[Hit]:
     """The top `depth` hits re-ordered among the places each space's passages hold: MiniLM's by late-interaction
     score plus cosine similarity, the multilingual space's (whose words MiniLM's pieces do not read) by cosine
     similarity plus `lexical_bonus` / sqrt(full-text rank). Rank fusion alone ignores how near a passage is: on
     lab/eval-multilingual the passage nearest the question often sat below passages only the full text ranked
-    (docs/measurements/multilingual.md). The rest keep their place."""
+    (docs/measurements/multilingual.md). A boosted passage gains `boost` in either space. The rest keep their place."""
     head, tail = hits[:depth], hits[depth:]
     head = [replace(h, late_score=scored[h.chunk_id][0]) for h in head]
 
     def english(h: Hit) -> float:
-        return weight * (h.late_score or 0.0) + 1 - h.distance
+        return weight * (h.late_score or 0.0) + 1 - h.distance + (boost if h.boosted else 0.0)
 
     def other(h: Hit) -> float:
         lexical = h.ranks.get("lexical")
-        return 1 - h.distance + (lexical_bonus / math.sqrt(lexical) if lexical else 0.0)
+        return 1 - h.distance + (lexical_bonus / math.sqrt(lexical) if lexical else 0.0) + (boost if h.boosted else 0.0)
 
     for space, score in (("english", english), ("multilingual", other)):
         places = [i for i, h in enumerate(head) if h.space == space]
@@ -449,8 +496,10 @@ def _late_rerank(hits: list[Hit], scored: dict[int, tuple[float, float]], *, dep
     return head + tail
 
 
-_HIT_COLUMNS = [f.name for f in fields(Hit) if f.name not in {"distance", "score", "ranks", "passed", "late_score",
-                                                                 "rerank_score", "multilingual_distance", "space"}]
+_HIT_COLUMNS = [f.name for f in fields(Hit) if f.name not in {
+    "distance", "score", "ranks", "passed", "late_score", "rerank_score", "multilingual_distance", "space",
+    "remembered_distance", "remembered", "remembered_spans", "boosted"}]
+RANKED = ("dense", "lexical", "ident", "multilingual", "remembered")
 
 
 def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None) -> SearchResult:
@@ -489,16 +538,21 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     texts: dict[int, str] = {}
     hits: list[Hit] = []
     for row in rows:
-        if row["embedding_model"] != model:
+        if row["embedding_model"] != model or row["adjustment"] == "hide":
             continue
         vectors[row["chunk_id"]] = _vector(row["vector"])
         texts[row["chunk_id"]] = row["text"]
-        ranks = {k: int(row[f"{k}_rank"]) for k in ("dense", "lexical", "ident", "multilingual") if row[f"{k}_rank"]}
-        other = row["multilingual_distance"]
+        ranks = {k: int(row[f"{k}_rank"]) for k in RANKED if row[f"{k}_rank"]}
+        other, near = row["multilingual_distance"], row["remembered_distance"]
+        boosted = row["adjustment"] == "boost"
         hits.append(Hit(**{name: row[name] for name in _HIT_COLUMNS}, distance=float(row["distance"]),
-                        score=float(row["rrf"]), ranks=ranks,
+                        score=float(row["rrf"]) + (1 / (options.rrf_k + 1) if boosted else 0.0), ranks=ranks,
                         multilingual_distance=None if other is None else float(other),
-                        space="english" if other is None or row["chunk_language"] == "en" else "multilingual"))
+                        space="english" if other is None or row["chunk_language"] == "en" else "multilingual",
+                        remembered_distance=None if near is None else float(near), boosted=boosted,
+                        remembered=tuple(i for i, d in zip(row["remembered_questions"] or (),
+                                                           row["remembered_question_distances"] or (), strict=True)
+                                         if d <= options.memory_distance)))
     if mvector is not None:
         hits = _fuse_spaces(hits, options)
     hits.sort(key=lambda h: (-h.score, h.distance, h.chunk_id))
@@ -514,23 +568,27 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
         late_at = time.perf_counter()
         scored = _late_signals(query, pieces, hits[: options.late_depth], texts, words)
         hits = _late_rerank(hits, scored, depth=options.late_depth, weight=options.late_weight,
-                            lexical_bonus=options.multilingual_lexical_bonus)
+                            lexical_bonus=options.multilingual_lexical_bonus, boost=options.boost)
         timings["late"] = (time.perf_counter() - late_at) * 1000
     elif hits:  # the stage is off, but the answerability signals read its scores of the top hits
         scored = _late_signals(query, pieces, hits[: answerability.DEPTH], texts, words)
+    hits = _remembered_first(hits)
+    result.remembered_distance = min((h.remembered_distance for h in hits if h.remembered_distance is not None),
+                                     default=None)
     decided_at = time.perf_counter()
     answerable = _decide(result, words=words, fused=fused, hits=hits, scored=scored, options=options)
     timings["answerability"] = (time.perf_counter() - decided_at) * 1000
-    # Once the question is answerable, sources may be a margin farther than the threshold (or the nearest).
+    # Once the question is answerable, sources may be a margin farther than the threshold (or the nearest); a passage
+    # a remembered question stands for is one, however far its own words are from the question's.
     reach = max(options.threshold, result.nearest_distance or 0.0) + options.source_margin
-    gated = [h for h in hits if h.distance <= reach] if answerable else []
+    gated = [h for h in hits if h.distance <= reach or h.remembered] if answerable else []
     if options.rerank and gated and rerank.enabled():
         reranked_at = time.perf_counter()
         scores = rerank.scores(query, [h.content for h in gated])
         gated = sorted((replace(h, rerank_score=s) for h, s in zip(gated, scores, strict=True)),
                        key=lambda h: -(h.rerank_score or 0.0))
         timings["rerank"] = (time.perf_counter() - reranked_at) * 1000
-    chosen = {h.chunk_id: h for h in gated[: options.cap]}
+    chosen = {h.chunk_id: h for h in _with_spans(gated[: options.cap])}
     # Passed hits first (in generator order), then the rest in fused order, up to k.
     ordered = [replace(h, passed=True) for h in chosen.values()]
     ordered += [h for h in hits if h.chunk_id not in chosen]
@@ -562,10 +620,32 @@ def _decide(result: SearchResult, *, words: Sequence[answerability.WordStat], fu
                                  default=1.0),
     )
     model = answerability.configured_model() if options.answerability and result.space == "english" else None
+    remembered = any(h.remembered for h in hits)  # an earlier question like this one was answered from a passage
     if model is None:
-        return result.nearest_distance <= options.threshold  # on MiniLM's scale in either space
+        return remembered or result.nearest_distance <= options.threshold  # on MiniLM's scale in either space
     result.probability, result.cutoff = model.probability(result.signals), model.cutoff
-    return result.probability >= model.cutoff
+    return remembered or result.probability >= model.cutoff
+
+
+def _remembered_first(hits: list[Hit]) -> list[Hit]:
+    """The passages a remembered question within `memory_distance` stands for first (nearest question first), the
+    rest in their order: a judge said the passage answers a question like this one."""
+    first = sorted((h for h in hits if h.remembered), key=lambda h: (h.remembered_distance, h.chunk_id))
+    return first + [h for h in hits if not h.remembered] if first else hits
+
+
+def _with_spans(hits: list[Hit]) -> list[Hit]:
+    """The hits with the document ranges their remembered questions were remembered with (what answered them),
+    in the passage as it stands (one query for all)."""
+    wanted = {i for h in hits for i in h.remembered}
+    if not wanted:
+        return hits
+    spans = {pk: (low, high) for pk, low, high in RememberedQuestion.objects.filter(
+        pk__in=wanted, span_start__isnull=False, span_end__isnull=False).values_list("pk", "span_start", "span_end")
+        if low is not None and high is not None}
+    return [replace(h, remembered_spans=tuple((h.start + spans[i][0], h.start + spans[i][1])
+                                              for i in h.remembered if i in spans)) if h.remembered else h
+            for h in hits]
 
 
 REASSEMBLE_REACH = 3  # parts each side of the one that matched: a PDF without headings is one section of ~1,000

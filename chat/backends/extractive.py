@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from chat import sentences as scoring
-from chat.prompts import Prompt
+from chat.prompts import Prompt, Source
 from chat.support import terms
 from kb.text.sentences import BULLET, INTRODUCES
 from kb.text.sentences import split as split_sentences
@@ -39,6 +39,9 @@ WRAPPED = 60  # a line this long that ends mid-sentence was wrapped by its write
 MAX_STEPS = 8
 LEANS_BACK = 2  # sentences a dependent opener may bring before it, when the one it leans on is dependent too
 PROCEDURE_BONUS = 0.3
+# A sentence inside the range that answered a question like this one before (a judge's verdict, search.memory)
+# leads: the judge read it, the scorer only guesses.
+REMEMBERED_BONUS = 1.0
 
 HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
 TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}")
@@ -247,6 +250,19 @@ def _repeats(unit: Unit, quoted: set[Unit]) -> bool:
                               for u in quoted)
 
 
+def _remembered(sources: Sequence[Source], all_units: Sequence[Unit]) -> set[int]:
+    """The units (by index) that lie in a source's remembered ranges (Source.remembered), read as the answer reads
+    them (cleaned, whitespace folded): a unit is in when its text is in the range's, or the range's in it."""
+    ranges: dict[int, list[str]] = {}
+    for source in sources:
+        for low, high in source.remembered:
+            piece = _clean(source.text[max(0, low - source.start): max(0, high - source.start)])
+            if piece:
+                ranges.setdefault(source.number, []).append(piece)
+    return {i for i, u in enumerate(all_units)
+            if any(u.text.rstrip(" …") in piece or piece in u.text for piece in ranges.get(u.number, ()))}
+
+
 def compose(prompt: Prompt) -> list[list[str]]:
     """The answer's paragraphs: the best sentence with its context first, then the runner-up passage."""
     all_units = [u for source in prompt.sources for u in units(source.number, source.text)]
@@ -265,8 +281,9 @@ def compose(prompt: Prompt) -> list[list[str]]:
     sections = {source.number: source.label.split(">", 1)[-1] for source in prompt.sources}
     topical = scoring.on_topic(prompt.question, [sections[n] for n in steps_in], scored.rare)
     procedural = {number for number, on_topic in zip(steps_in, topical, strict=True) if on_topic}
-    total = [t + (PROCEDURE_BONUS if u.number in procedural else 0.0) for t, u in zip(scored.total, all_units,
-                                                                                         strict=True)]
+    remembered = _remembered(prompt.sources, all_units)
+    total = [t + (PROCEDURE_BONUS if u.number in procedural else 0.0) + (REMEMBERED_BONUS if i in remembered else 0.0)
+             for i, (t, u) in enumerate(zip(scored.total, all_units, strict=True))]
     order = sorted(range(len(all_units)), key=lambda i: (-total[i], all_units[i].number, i))
     best = all_units[order[0]]
     steps = _steps(best, all_units) if how_to else None
