@@ -193,10 +193,13 @@ if not 0 < KB_VERDICT_MAX_JUDGE_SHARE <= 1:
 
 # Learning from use (docs/LEARNING.md) -------------------------------------------
 # A remembered question (search.memory) within this cosine distance of the new question (MiniLM's space) puts its
-# passage first and makes the question answerable; the list of remembered questions reaches KB_MEMORY_REACH and is
-# fused with the others at KB_SEARCH_WEIGHT_REMEMBERED (bench/learn_from_use.py chose them).
-KB_MEMORY_DISTANCE = env_float("KB_MEMORY_DISTANCE", 0.3)
-KB_MEMORY_REACH = env_float("KB_MEMORY_REACH", 0.45)  # farthest remembered question that ranks in the fusion
+# passage first and makes the question answerable, when the passage is among the first KB_MEMORY_RANK hits and at most
+# KB_MEMORY_MARGIN farther than the first; the list of remembered questions reaches KB_MEMORY_REACH and is fused with
+# the others at KB_SEARCH_WEIGHT_REMEMBERED (docs/LEARNING.md: chosen with bench/learn_from_use.py)
+KB_MEMORY_DISTANCE = env_float("KB_MEMORY_DISTANCE", 0.55)
+KB_MEMORY_RANK = env_int("KB_MEMORY_RANK", 3, minimum=1)  # how far down retrieval's order a remembered passage may be
+KB_MEMORY_MARGIN = env_float("KB_MEMORY_MARGIN", 0.2)  # how much farther than the first passage it may be
+KB_MEMORY_REACH = env_float("KB_MEMORY_REACH", 0.6)  # farthest remembered question that ranks in the fusion
 KB_SEARCH_WEIGHT_REMEMBERED = env_float("KB_SEARCH_WEIGHT_REMEMBERED", 1.0)  # RRF weight of the remembered list
 # One judge holds at most KB_VERDICT_MAX_JUDGE_SHARE of the remembered questions, once there are more than this many
 # (below it, anyone may add up to this many): one person cannot fill the memory.

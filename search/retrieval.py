@@ -85,9 +85,12 @@ class SearchOptions:
     rerank: bool = True
     answerability: bool = True  # False: the distance threshold alone decides (as before calibration)
     # Remembered questions (search.memory): their candidate list reaches `memory_reach` (cosine distance between the
-    # questions); one within `memory_distance` puts its passage first and makes the question answerable.
+    # questions). One within `memory_distance` puts its passage first, and makes the question answerable, when the
+    # passage is among the first `memory_rank` hits and within `memory_margin` of the first one's distance.
     memory: bool = True
     memory_distance: float = field(default_factory=lambda: settings.KB_MEMORY_DISTANCE)
+    memory_rank: int = field(default_factory=lambda: settings.KB_MEMORY_RANK)
+    memory_margin: float = field(default_factory=lambda: settings.KB_MEMORY_MARGIN)
     memory_reach: float = field(default_factory=lambda: settings.KB_MEMORY_REACH)
     weight_remembered: float = field(default_factory=lambda: settings.KB_SEARCH_WEIGHT_REMEMBERED)
     boost: float = field(default_factory=lambda: settings.KB_SEARCH_BOOST)  # a boosted passage's gain (adjustments)
@@ -148,6 +151,9 @@ class SearchResult:
     vector: np.ndarray | None = None  # the query's embedding: stored with the answer for content-gap topics
     space: str = "english"  # the nearest passage's space: whose signals decide answer or refuse
     remembered_distance: float | None = None  # the nearest remembered question's, among passages the user may read
+    # The remembered questions that put the first passage first: a later verdict against the answer they led to
+    # forgets them (chat.judgements).
+    remembered: list[int] = field(default_factory=list)
 
     @property
     def passed(self) -> list[Hit]:
@@ -156,12 +162,6 @@ class SearchResult:
     @property
     def answerable(self) -> bool:
         return bool(self.passed)
-
-    @property
-    def remembered(self) -> list[int]:
-        """The remembered questions that put the passed passages first: a later verdict against the answer they
-        led to forgets them (chat.judgements)."""
-        return [i for hit in self.passed for i in hit.remembered]
 
     @property
     def related_distance(self) -> float:
@@ -572,23 +572,25 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
         timings["late"] = (time.perf_counter() - late_at) * 1000
     elif hits:  # the stage is off, but the answerability signals read its scores of the top hits
         scored = _late_signals(query, pieces, hits[: answerability.DEPTH], texts, words)
-    hits = _remembered_first(hits)
+    hits, pinned = _remembered_first(hits, options)
+    result.remembered = list(pinned.remembered) if pinned else []
     result.remembered_distance = min((h.remembered_distance for h in hits if h.remembered_distance is not None),
                                      default=None)
     decided_at = time.perf_counter()
-    answerable = _decide(result, words=words, fused=fused, hits=hits, scored=scored, options=options)
+    answerable = _decide(result, words=words, fused=fused, hits=hits, scored=scored, options=options,
+                         remembered=pinned is not None)
     timings["answerability"] = (time.perf_counter() - decided_at) * 1000
     # Once the question is answerable, sources may be a margin farther than the threshold (or the nearest); a passage
     # a remembered question stands for is one, however far its own words are from the question's.
     reach = max(options.threshold, result.nearest_distance or 0.0) + options.source_margin
-    gated = [h for h in hits if h.distance <= reach or h.remembered] if answerable else []
+    gated = [h for h in hits if h.distance <= reach or h is pinned] if answerable else []
     if options.rerank and gated and rerank.enabled():
         reranked_at = time.perf_counter()
         scores = rerank.scores(query, [h.content for h in gated])
         gated = sorted((replace(h, rerank_score=s) for h, s in zip(gated, scores, strict=True)),
                        key=lambda h: -(h.rerank_score or 0.0))
         timings["rerank"] = (time.perf_counter() - reranked_at) * 1000
-    chosen = {h.chunk_id: h for h in _with_spans(gated[: options.cap])}
+    chosen = {h.chunk_id: _with_spans(h) if h is pinned else h for h in gated[: options.cap]}
     # Passed hits first (in generator order), then the rest in fused order, up to k.
     ordered = [replace(h, passed=True) for h in chosen.values()]
     ordered += [h for h in hits if h.chunk_id not in chosen]
@@ -598,11 +600,12 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
 
 
 def _decide(result: SearchResult, *, words: Sequence[answerability.WordStat], fused: list[Hit], hits: list[Hit],
-            scored: dict[int, tuple[float, float]], options: SearchOptions) -> bool:
+            scored: dict[int, tuple[float, float]], options: SearchOptions, remembered: bool = False) -> bool:
     """Answer or refuse: the calibrated answerability model when one is configured, else the distance
     threshold. Records the signals (and the model's probability) on `result` for the reason and evaluation.
     Every signal is computed from chunks the user may read (`words`: counted over them), so neither the
-    decision nor the confidence a refusal prints moves when restricted documents come and go."""
+    decision nor the confidence a refusal prints moves when restricted documents come and go. A `remembered`
+    question (a judge said a passage the user may read answers one like it) is answerable."""
     if not hits or result.nearest_distance is None:
         return False
     unknown, content = answerability.unknown_words(words)
@@ -620,32 +623,36 @@ def _decide(result: SearchResult, *, words: Sequence[answerability.WordStat], fu
                                  default=1.0),
     )
     model = answerability.configured_model() if options.answerability and result.space == "english" else None
-    remembered = any(h.remembered for h in hits)  # an earlier question like this one was answered from a passage
     if model is None:
         return remembered or result.nearest_distance <= options.threshold  # on MiniLM's scale in either space
     result.probability, result.cutoff = model.probability(result.signals), model.cutoff
     return remembered or result.probability >= model.cutoff
 
 
-def _remembered_first(hits: list[Hit]) -> list[Hit]:
-    """The passages a remembered question within `memory_distance` stands for first (nearest question first), the
-    rest in their order: a judge said the passage answers a question like this one."""
-    first = sorted((h for h in hits if h.remembered), key=lambda h: (h.remembered_distance, h.chunk_id))
-    return first + [h for h in hits if not h.remembered] if first else hits
+def _remembered_first(hits: list[Hit], options: SearchOptions) -> tuple[list[Hit], Hit | None]:
+    """The hits with the passage of the nearest remembered question first (and that hit), when a judge's verdict
+    agrees with retrieval closely enough: the passage is among the first `memory_rank` hits and at most
+    `memory_margin` farther from the question than the first. Questions that differ in one detail are as near to each
+    other as two phrasings of one question (docs/LEARNING.md), so a remembered question alone does not overrule the
+    passages' own evidence; it settles the order among passages that evidence leaves close."""
+    if not hits:
+        return hits, None
+    first = hits[0].distance
+    eligible = [h for h in hits[: options.memory_rank] if h.remembered and h.distance - first <= options.memory_margin]
+    if not eligible:
+        return hits, None
+    pinned = min(eligible, key=lambda h: (h.remembered_distance, h.chunk_id))
+    return [pinned, *(h for h in hits if h is not pinned)], pinned
 
 
-def _with_spans(hits: list[Hit]) -> list[Hit]:
-    """The hits with the document ranges their remembered questions were remembered with (what answered them),
-    in the passage as it stands (one query for all)."""
-    wanted = {i for h in hits for i in h.remembered}
-    if not wanted:
-        return hits
+def _with_spans(hit: Hit) -> Hit:
+    """The hit with the document ranges its remembered questions were remembered with (what answered them), in the
+    passage as it stands."""
     spans = {pk: (low, high) for pk, low, high in RememberedQuestion.objects.filter(
-        pk__in=wanted, span_start__isnull=False, span_end__isnull=False).values_list("pk", "span_start", "span_end")
-        if low is not None and high is not None}
-    return [replace(h, remembered_spans=tuple((h.start + spans[i][0], h.start + spans[i][1])
-                                              for i in h.remembered if i in spans)) if h.remembered else h
-            for h in hits]
+        pk__in=hit.remembered, span_start__isnull=False, span_end__isnull=False).values_list(
+        "pk", "span_start", "span_end") if low is not None and high is not None}
+    return replace(hit, remembered_spans=tuple((hit.start + spans[i][0], hit.start + spans[i][1])
+                                               for i in hit.remembered if i in spans))
 
 
 REASSEMBLE_REACH = 3  # parts each side of the one that matched: a PDF without headings is one section of ~1,000
