@@ -472,7 +472,7 @@ def _fuse_spaces(hits: list[Hit], options: SearchOptions) -> list[Hit]:
 
 
 def _late_rerank(hits: list[Hit], scored: dict[int, tuple[float, float]], *, depth: int, weight: float,
-                 lexical_bonus: float, boost: float) -> list[Hit]:
+                 lexical_bonus: float, boost: float = 0.0) -> list[Hit]:
     """The top `depth` hits re-ordered among the places each space's passages hold: MiniLM's by late-interaction
     score plus cosine similarity, the multilingual space's (whose words MiniLM's pieces do not read) by cosine
     similarity plus `lexical_bonus` / sqrt(full-text rank). Rank fusion alone ignores how near a passage is: on
