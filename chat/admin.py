@@ -19,7 +19,18 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
 from django.utils.translation import gettext_lazy
 
-from chat.models import Citation, Conversation, Feedback, Message, ReviewAccess, ReviewGrant
+from chat.curated import curated_visible
+from chat.models import (
+    Citation,
+    Conversation,
+    CuratedAnswer,
+    CuratedCitation,
+    CuratedQuestion,
+    Feedback,
+    Message,
+    ReviewAccess,
+    ReviewGrant,
+)
 from chat.review_scope import access_log_csv, grantable_folders, grantable_groups, grants_manageable, reviewers
 from chat.selectors import messages_readable
 from kb.library.access import visible_documents
@@ -281,3 +292,46 @@ class ReviewAccessAdmin(RecordAdminMixin, admin.ModelAdmin):
         response = StreamingHttpResponse(access_log_csv(queryset), content_type="text/csv")
         response["Content-Disposition"] = 'attachment; filename="review-access-log.csv"'
         return response
+
+
+class CuratedCitationInline(admin.TabularInline):
+    model = CuratedCitation
+    fields = ("number", "document", "stable_id", "start", "end", "quote")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+class CuratedQuestionInline(admin.TabularInline):
+    model = CuratedQuestion
+    fields = ("text",)
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(CuratedAnswer)
+class CuratedAnswerAdmin(StaffRuleMixin, admin.ModelAdmin):
+    """Read and delete: curated answers are written, approved and retired on the desk (/review/curated/), where the
+    citations are checked. Staff who are not superusers see those whose every cited document they may read."""
+
+    list_display = ("__str__", "state", "created_by", "approved_by", "approved_at", "updated_at")
+    list_filter = ("state",)
+    list_select_related = ("created_by", "approved_by")
+    search_fields = ("text", "statement", "questions__text")
+    fields = ("text", "statement", "state", "stale_reason", "from_topic", "created_by", "created_at",
+              "approved_by", "approved_at")
+    readonly_fields = fields
+    inlines = (CuratedQuestionInline, CuratedCitationInline)
+
+    def readable_rows(self, user: Any, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(pk__in=curated_visible(user).values("pk"))
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # written on the curated answers desk

@@ -12,10 +12,11 @@ answers quote the documents in their own words.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from django.db.models.functions import Length, Substr
 from django.utils.translation import gettext, gettext_noop
@@ -23,7 +24,7 @@ from django.utils.translation import gettext, gettext_noop
 from chat import match
 from chat.backends import Backend, BackendError, get_backend
 from chat.citations import CitationFilter, render_html
-from chat.events import ClaimPayload, Event, Timings, citation_from_source
+from chat.events import ClaimPayload, CuratedPayload, Event, Timings, citation_from_source
 from chat.prompts import Source, build_prompt
 from chat.support import quoted_at, unsupported_claims
 from kb.library.access import visible_documents
@@ -31,6 +32,9 @@ from kb.library.models import Chunk, Document
 from kb.library.viewer import page_in
 from kb.text.sentences import INTRODUCES, introduced
 from search.retrieval import Hit, SearchOptions, SearchResult, hybrid_search, reassemble
+
+if TYPE_CHECKING:
+    from chat.curated import CuratedMatch, CuratedSource
 
 # The English sentences; each is translated where it is sent (gettext), so tests compare with these.
 ACCESS_CHANGED = gettext_noop(
@@ -145,6 +149,7 @@ class AnswerRecord:
     # content-gap topics read back (staff-only, like the refusal reason).
     signals: dict[str, Any] = field(default_factory=dict)
     vector: list[float] | None = None
+    curated: int | None = None  # the curated answer served (chat.curated), if one was
 
 
 class AnswerStream(Iterator[Event]):
@@ -198,6 +203,48 @@ def answer_events(
                                           started=started, earlier=earlier, backend=backend))
 
 
+CURATED = "curated"  # the backend and the match level of a curated answer
+CURATED_PIECE = 6  # words per token event of a curated answer's text
+
+
+def _curated(record: AnswerRecord, matched: CuratedMatch, passages: Sequence[CuratedSource], *, user: Any,
+             message: int, started: float, timings: Timings) -> Iterator[Event]:
+    """The curated answer as an answer's events: its text in pieces, the passages as they stand now, and a
+    `done` marked curated (by whom, approved when, support's statement apart from the quotes)."""
+    from chat import curated
+
+    answer = matched.answer
+    given = {p.chunk.document_id for p in passages}
+    record.sources, record.curated = sorted(given), answer.pk
+    timings["retrieval_ms"] = _elapsed(started)
+    yield {"type": "status", "message": message, "state": "generating", "backend": CURATED, "model": "",
+           "notice": "", "intent": record.intent}
+    words = re.findall(r"\S+\s*", answer.text)
+    length = 0
+    for i in range(0, len(words), CURATED_PIECE):
+        piece = "".join(words[i : i + CURATED_PIECE])
+        if timings["first_token_ms"] is None:
+            timings["first_token_ms"] = _elapsed(started)
+        yield {"type": "token", "message": message, "at": length, "text": piece}
+        length += len(piece)
+    if set(visible_documents(user).filter(pk__in=given).values_list("pk", flat=True)) != given:
+        record.withdrawn = True
+        yield {"type": "error", "message": message, "error": gettext(ACCESS_CHANGED)}
+        return
+    cited = [Source(number=p.number, chunk_id=p.chunk.pk, document_id=p.chunk.document_id,
+                    document_title=p.document_title, label=p.chunk.breadcrumb, text=p.quote, start=p.start, end=p.end,
+                    page=p.chunk.page, distance=matched.distance, audience=p.chunk.audience) for p in passages]
+    yield {"type": "citations", "message": message, "citations": [citation_from_source(s) for s in cited]}
+    timings["total_ms"] = _elapsed(started)
+    yield {
+        "type": "done", "message": message, "text": answer.text, "match": CURATED,
+        "match_signals": {"similarity": round(1 - matched.distance, 4), "gap": None},
+        "html": render_html(answer.text, {s.number: s for s in cited}), "intent": record.intent, "backend": CURATED,
+        "model": "", "notice": "", "timings": timings, "withheld": False, "unsupported": [],
+        "curated": cast(CuratedPayload, curated.curated_payload(answer)),
+    }
+
+
 def _answered(record: AnswerRecord, *, user: Any, question: str, message: int, result: SearchResult,
               started: float, earlier: Sequence[str], backend: Backend | None) -> Iterator[Event]:
     retrieval_ms = _elapsed(started)
@@ -207,6 +254,16 @@ def _answered(record: AnswerRecord, *, user: Any, question: str, message: int, r
     if result.remembered:  # which remembered questions led here: a verdict against this answer forgets them
         record.signals["remembered"] = result.remembered
     record.vector = result.vector.tolist() if result.vector is not None else None
+    # A curated answer whose example question is this one in other words, every passage of it readable by the
+    # asker now, comes before the refusal and before any model (chat.curated; imported here: chat.curated's errors
+    # are chat.services', which imports this module).
+    from chat import curated
+
+    nearest = curated.curated_for(user=user, vector=result.vector, first=[h.chunk_id for h in result.hits])
+    passages = curated.curated_sources(nearest.answer) if nearest else None
+    if nearest and passages:
+        yield from _curated(record, nearest, passages, user=user, message=message, started=started, timings=timings)
+        return
     if not result.answerable:
         # NO ANSWER is decided by retrieval's answerability model (search.answerability), before any model writes.
         timings["total_ms"] = _elapsed(started)

@@ -135,6 +135,15 @@ class MatchPayload(TypedDict):
     gap: float | None
 
 
+class CuratedPayload(TypedDict):
+    """A curated answer (chat.curated), as the reader is told: support's, by whom, approved when, and support's
+    own statement, shown apart from the quotes."""
+
+    by: str
+    approved_at: str | None  # ISO 8601
+    statement: str
+
+
 class DoneEvent(TypedDict):
     type: Literal["done"]
     message: int
@@ -147,8 +156,9 @@ class DoneEvent(TypedDict):
     timings: Timings
     withheld: bool  # True when this reader may not see a document the answer drew on (only ever in replay)
     unsupported: list[ClaimPayload]
-    match: NotRequired[str]  # chat.match: "quoted" or "closest" (may not answer the question)
+    match: NotRequired[str]  # chat.match: "quoted" or "closest" (may not answer the question); "curated"
     match_signals: NotRequired[MatchPayload]
+    curated: NotRequired[CuratedPayload]  # with match "curated": support's curated answer (chat.curated)
 
 
 class RefusedEvent(TypedDict):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from django.contrib.postgres.expressions import ArraySubquery
 from django.db.models import BooleanField, Count, Exists, ExpressionWrapper, OuterRef, Prefetch, Q, QuerySet, Subquery
@@ -20,7 +20,7 @@ from django.utils.translation import gettext, gettext_noop
 
 from accounts.acl import is_active_user
 from chat.citations import render_html
-from chat.events import CitationPayload, ClaimPayload, Event, Timings, citation_from_stored
+from chat.events import CitationPayload, ClaimPayload, CuratedPayload, DoneEvent, Event, Timings, citation_from_stored
 from chat.match import CLOSEST
 from chat.models import Citation, Conversation, Feedback, Judgement, Message, ReviewAccess
 from chat.review_scope import ReviewScope, access_log, review_scope
@@ -154,7 +154,7 @@ MESSAGES_PAGE = 50
 def conversation_messages(conversation: Conversation, *, since: int | None = None, before: int | None = None,
                           limit: int = MESSAGES_PAGE) -> list[Message]:
     """The latest `limit` messages with an id above `since` and below `before`, oldest first (citations prefetched)."""
-    qs = conversation.messages.prefetch_related("citations").order_by("-pk")
+    qs = conversation.messages.select_related("curated__created_by").prefetch_related("citations").order_by("-pk")
     if since:
         qs = qs.filter(pk__gt=since)
     if before:
@@ -221,10 +221,14 @@ def message_events(view: MessageView) -> list[Event]:
                  "timings": view.timings}]
     if m.status == Message.Status.FAILED:
         return [*(text if m.text else []), {"type": "error", "message": m.pk, "error": view.error}]
-    return [*text, {"type": "citations", "message": m.pk, "citations": view.citations},
-            {"type": "done", "message": m.pk, "text": view.text, "html": view.html, "intent": m.intent,
-             "backend": m.backend, "model": m.model, "notice": m.notice, "timings": view.timings,
-             "withheld": view.withheld, "unsupported": view.unsupported, "match": m.match}]
+    done: DoneEvent = {"type": "done", "message": m.pk, "text": view.text, "html": view.html, "intent": m.intent,
+                       "backend": m.backend, "model": m.model, "notice": m.notice, "timings": view.timings,
+                       "withheld": view.withheld, "unsupported": view.unsupported, "match": m.match}
+    if m.match == "curated" and not view.withheld:
+        from chat.curated import curated_payload  # chat.curated reads this module
+
+        done["curated"] = cast(CuratedPayload, curated_payload(m.curated))
+    return [*text, {"type": "citations", "message": m.pk, "citations": view.citations}, done]
 
 
 def conversation_replay(conversation: Conversation, *, viewer: Any, since: int | None = None,

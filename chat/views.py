@@ -12,6 +12,7 @@ from django.utils import timezone
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy
 
+from chat import curated as curated_answers
 from chat import gaps as content_gaps
 from chat import selectors
 from chat.selectors import is_reviewer
@@ -45,7 +46,18 @@ def review(request: HttpRequest) -> HttpResponse:
     tabs = [{"queue": name, "label": label, "count": counts.queues[name], "query": urlencode({"filter": name, **narrow})}
             for name, label in REVIEW_QUEUES]
     return render(request, "chat/review.html", {"queue": queue, "folder": folder, "search": search, "tabs": tabs,
-                                                "counts": counts})
+                                                "counts": counts,
+                                                "may_curate": curated_answers.may_curate(request.user)})
+
+
+@login_required
+def curated(request: HttpRequest) -> HttpResponse:
+    """The curated answers desk (chat.curated) for holders of chat.curate_answer; everyone else gets the same 404
+    as for a missing page. `?message=` (a review item) or `?topic=` with `q=` (a content-gap topic's questions)
+    opens the form prefilled; the list and the form are chat/curated.js over /api/curated."""
+    if not curated_answers.may_curate(request.user):
+        raise Http404("No such page")
+    return render(request, "chat/curated.html", {"max_text": curated_answers.MAX_TEXT})
 
 
 @login_required
@@ -57,5 +69,9 @@ def gaps(request: HttpRequest) -> HttpResponse:
     days = request.GET.get("days", "")
     days_n = int(days) if days.isdigit() and len(days) <= 3 and 1 <= int(days) <= 366 else content_gaps.DAYS
     report = content_gaps.gaps(viewer=request.user, since=timezone.now() - timedelta(days=days_n))
-    return render(request, "chat/gaps.html", {"report": report, "days": days_n,
+    # "Write an answer for this" opens the curated answers desk with the topic's questions (those shown here).
+    curate = curated_answers.may_curate(request.user)
+    topics = [(topic, urlencode([("topic", topic.label), *(("q", q.text) for q in topic.examples)]) if curate else "")
+              for topic in report.topics]
+    return render(request, "chat/gaps.html", {"report": report, "topics": topics, "days": days_n,
                                               "max_questions": content_gaps.MAX_QUESTIONS})

@@ -26,6 +26,7 @@ api = NinjaAPI(title="Knowledge base API", version="1", auth=api_auth(), urls_na
 api.add_router("/search", "search.api.router")
 api.add_router("/", "chat.api.router")
 api.add_router("/", "chat.gaps_api.router")
+api.add_router("/", "chat.curated_api.router")
 api.add_router("/documents", "kb.library.documents_api.documents")
 api.add_router("/folders", "kb.library.documents_api.folders")
 api.add_router("/sources", "kb.library.sources_api.sources")

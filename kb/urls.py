@@ -25,6 +25,7 @@ urlpatterns = [
     path("documents/<int:pk>/", library_views.document_view, name="document"),
     path("documents/<int:pk>/download", library_views.document_download, name="document-download"),
     path("review/", chat_views.review, name="review"),
+    path("review/curated/", chat_views.curated, name="curated"),
     path("gaps/", chat_views.gaps, name="gaps"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),

@@ -270,11 +270,15 @@
 
   // What wrote the answer, and, once it is finished, how well it matches (`match`, chat.match): an answer that
   // may quote the wrong part of the right passages says so in words, in place of the "quoted" badge.
-  function backendBadge(turn, backend, notice, match) {
+  // A curated answer (`curated`: by whom, approved when) is support's, written once for questions like this one.
+  function backendBadge(turn, backend, notice, match, curated) {
     var old = turn.node.querySelector(".backend-badge");
     if (old) old.remove();
     if (!backend) return;
-    var label = backend === "local" ? gettext("Small model, may be wrong") : backend === "extractive" ? gettext("Quoted from sources") : gettext("AI answer");
+    var label = backend === "local" ? gettext("Small model, may be wrong") : backend === "extractive" ? gettext("Quoted from sources") : backend === "curated" ? gettext("Answer from support") : gettext("AI answer");
+    if (match === "curated" && curated) {
+      label = [gettext("Answer from support"), curated.by].concat(curated.approved_at ? [KB.formatDate(curated.approved_at)] : []).join(" · ");
+    }
     var badge = el("p", "backend-badge backend-" + backend.replace(/[^a-z0-9]/gi, ""), label);
     if (match === "closest") {
       badge.textContent = gettext("Closest passage — may not answer your question");
@@ -284,6 +288,19 @@
     turn.node.setAttribute("data-match", match || "");
     if (notice) badge.title = notice;
     turn.node.insertBefore(badge, turn.body);
+  }
+
+  // Support's own statement with a curated answer ("The data file cannot have two-factor authentication"): theirs,
+  // not a document's, so it stands apart from the quotes and cites nothing.
+  function statementView(turn, curated) {
+    var old = turn.node.querySelector(".curated-statement");
+    if (old) old.remove();
+    if (!curated || !curated.statement) return;
+    var box = el("aside", "curated-statement");
+    box.setAttribute("aria-label", gettext("Support's statement"));
+    box.appendChild(el("p", "curated-statement-label", gettext("Support's statement")));
+    box.appendChild(el("p", "", curated.statement));
+    turn.body.appendChild(box);
   }
 
   // A refusal in plain words, never a number (the signals are the reviewers'): nothing near, or, once the
@@ -394,12 +411,13 @@
         turn.streamNode = null;
         turn.text = event.text || turn.text;
         setMeta(turn, "", false);
-        backendBadge(turn, event.backend, event.notice, event.match);
+        backendBadge(turn, event.backend, event.notice, event.match, event.curated);
         if (event.withheld) {
           turn.body.textContent = "";
           turn.body.appendChild(el("p", "muted", event.text));
         } else {
           renderAnswer(turn);
+          statementView(turn, event.curated);
         }
         if (!event.withheld) judgementView(turn, null);
         finish();
@@ -434,7 +452,7 @@
   function judgementView(turn, judgement) {
     if (turn.ratingNode) turn.ratingNode.remove();
     turn.ratingNode = window.KB.feedback({
-      message: turn.id, refused: !!turn.refused, judgement: judgement,
+      message: turn.id, refused: !!turn.refused, judgement: judgement, question: turn.question,
       onError: function (error) { problem(error, gettext("Your feedback was not saved: %(reason)s")); }
     });
     turn.node.appendChild(turn.ratingNode);

@@ -9,10 +9,11 @@
   var queue = list.getAttribute("data-filter") || "unreviewed";
   var folder = list.getAttribute("data-folder") || "";
   var search = list.getAttribute("data-q") || "";
+  var curateUrl = list.getAttribute("data-curate") || "";  // the curated answers desk, for holders of chat.curate_answer
   var gettext = window.gettext, interpolate = window.interpolate;
   function fmt(text, values) { return interpolate(text, values, true); }
   var KINDS = [["wrong_source", gettext("Wrong source")], ["unsupported", gettext("Unsupported claim")], ["outdated", gettext("Outdated")]];
-  var KIND_LABEL = {};
+  var KIND_LABEL = { right_source: gettext("Right source") };
   KINDS.forEach(function (k) { KIND_LABEL[k[0]] = k[1]; });
   var VERDICT_KEYS = { "1": "helpful", "2": "wrong", "3": "should_refuse", "4": "should_answer" };
 
@@ -135,6 +136,25 @@
   var STATUS_LABEL = { pending: gettext("pending"), running: gettext("running"), done: gettext("done"),
                        refused: gettext("refused"), failed: gettext("failed") };
 
+  /* "Right source": support confirms the citation (feedback kind right_source), which remembers the question for
+   * the passage it quotes (chat.remembering). */
+  function rightSource(answer, citation, flagsList) {
+    var button = el("button", "btn btn-small btn-ghost right-source", fmt(gettext("Right source [%(number)s]"), { number: citation.number }));
+    button.type = "button";
+    button.setAttribute("aria-pressed", answer.feedback.some(function (f) {
+      return f.citation === citation.number && f.kind === "right_source" && f.reviewer === me;
+    }) ? "true" : "false");
+    button.addEventListener("click", function () {
+      button.disabled = true;
+      KB.json("POST", "/api/review/answers/" + answer.id + "/feedback", { kind: "right_source", citation: citation.number, note: "" }).then(function (flag) {
+        button.setAttribute("aria-pressed", "true");
+        flagsList.appendChild(flagItem(flag));
+        announce(fmt(gettext("Citation [%(number)s] confirmed as the right source."), { number: citation.number }));
+      }).catch(function (error) { announce(error.message); }).then(function () { button.disabled = false; });
+    });
+    return button;
+  }
+
   /* Sentences the citation check found unsupported by their quotes: a reviewer confirms or dismisses each. */
   function claimList(answer) {
     var ul = el("ul", "unsupported-claims");
@@ -195,7 +215,17 @@
     item.appendChild(judgementList(answer));
     // The label the asker saw (chat.match): an answer that may not answer the question says so here too.
     if (answer.match === "closest") item.appendChild(el("p", "backend-badge match-closest", gettext("Closest passage — may not answer your question")));
+    if (answer.match === "curated") {
+      item.appendChild(el("p", "backend-badge backend-curated", answer.curated
+        ? fmt(gettext("Curated answer by %(by)s"), { by: answer.curated.by }) : gettext("Curated answer")));
+    }
     item.appendChild(el("p", "review-answer", answer.text || answer.refusal_reason || answer.error || ""));
+    if (curateUrl && !answer.withheld && (answer.status === "done" || answer.status === "refused")) {
+      // Support writes the answer once: the form opens with this question and this answer's citations.
+      var write = el("a", "btn btn-small review-curate", gettext("Write an answer for this"));
+      write.href = curateUrl + "?message=" + encodeURIComponent(String(answer.id));
+      item.appendChild(write);
+    }
     var trimmed = answer.text_truncated || answer.citations.some(function (c) { return c.quote_truncated; });
     if (trimmed) item.appendChild(wholeButton(answer, item));
 
@@ -234,7 +264,10 @@
       });
       left.appendChild(flags);
       row.appendChild(left);
-      if (!answer.withheld) row.appendChild(flagForm(answer, citation, flags, item));  // the server refuses flags there
+      if (!answer.withheld) {  // the server refuses flags there
+        row.appendChild(rightSource(answer, citation, flags));
+        row.appendChild(flagForm(answer, citation, flags, item));
+      }
       cites.appendChild(row);
     });
     if (answer.restricted_citations && answer.restricted_citations.length) {
