@@ -18,7 +18,7 @@ from pydantic import Field
 from accounts.api import api_auth
 from accounts.models import Scope
 from chat import judgements, selectors, services
-from chat.events import CitationPayload, EventSchema
+from chat.events import CitationPayload, CuratedPayload, EventSchema
 from chat.judgements import JudgementView
 from chat.models import Conversation, Judgement, Message, ReviewAccess
 from chat.selectors import FeedbackView, MessagePage, MessageView, ReviewView
@@ -95,6 +95,8 @@ class MessageOut(Schema):
     match: str = Field(description="How well the answer matches its question: \"quoted\", \"closest\" (may not "
                                    "answer it: the page says so), or empty for a refusal, a failure or an older answer")
     timings: TimingsOut
+    curated: CuratedPayload | None = Field(description="With match \"curated\": support's curated answer it is, by "
+                                                       "whom, approved when, and support's own statement")
     citations: list[CitationPayload]
     restricted_citations: list[int]
     unsupported: list[UnsupportedClaimOut]
@@ -132,8 +134,11 @@ class ConversationIn(StrictIn):
 
 
 class FeedbackIn(TypedIn):
-    kind: Literal["wrong_source", "unsupported", "outdated"]
-    citation: int | None = Field(default=None, description="The citation's number; none flags the whole answer")
+    kind: Literal["right_source", "wrong_source", "unsupported", "outdated"] = Field(
+        description="right_source confirms a citation (its question is remembered for the passage it quotes); "
+                    "the others flag the answer or a citation")
+    citation: int | None = Field(default=None, description="The citation's number; none flags the whole answer "
+                                                           "(right_source needs one)")
     note: str = Field(default="", max_length=4000, pattern=NO_NUL)
 
 
@@ -281,13 +286,15 @@ def _judgements(views: list[MessageView], *, viewer: Any, everyone: bool) -> dic
 
 def _message(view: MessageView, judged: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
     m = view.message
+    events = selectors.message_events(view)
     return {
         "id": m.pk, "role": m.role, "status": m.status, "text": view.text, "html": view.html,
         "withheld": view.withheld, "intent": m.intent, "refusal_reason": view.refusal_reason, "error": view.error,
         "backend": m.backend, "model": m.model, "notice": m.notice, "match": m.match, "timings": view.timings,
         "citations": view.citations, "restricted_citations": view.restricted, "unsupported": view.unsupported,
         "rating": m.rating, "judgements": judged.get(m.pk, []), "review_grants": view.grants,
-        "created_at": m.created_at, "events": selectors.message_events(view),
+        "created_at": m.created_at, "events": events,
+        "curated": next((e.get("curated") for e in events if e["type"] == "done"), None),
     }
 
 
@@ -428,14 +435,32 @@ class JudgementIn(TypedIn):
     kind: Literal["helpful", "wrong", "should_refuse", "should_answer"] = Field(
         description="On a refusal, 'helpful' says it was right to refuse", examples=["should_answer"])
     document: int | None = Field(default=None, ge=1, le=2**63 - 1,
-                                 description="With should_answer: the document that answers it (one you may read)")
+                                 description="With should_answer or wrong: the document that answers it (one you "
+                                             "may read)")
+    start: int | None = Field(default=None, ge=0, le=2**31 - 1,
+                              description="With document: where the passage picked in the viewer starts (an offset "
+                                          "into the document's text, as #char= counts); its question is remembered "
+                                          "for the passage that holds the pick")
+    end: int | None = Field(default=None, ge=1, le=2**31 - 1, description="With start: where the pick ends")
     note: str = Field(default="", max_length=4000, pattern=NO_NUL)
+
+
+class PickOut(Schema):
+    question: str = Field(description="The question whose answering passage is being picked")
+    refused: bool
+    conversation: int = Field(description="The conversation the answer is in")
 
 
 def _judge(request: HttpRequest, message_id: int, payload: JudgementIn, role: str) -> Status[dict[str, Any]]:
     judgement = judgements.message_judge(judge=request.user, message_id=message_id, role=role, kind=payload.kind,
-                                         document_id=payload.document, note=payload.note)
+                                         document_id=payload.document, note=payload.note, start=payload.start,
+                                         end=payload.end)
     return Status(200, _judgement(JudgementView(judgement, judgement.document)))
+
+
+def _pick(request: HttpRequest, message_id: int, role: str) -> dict[str, Any]:
+    target = judgements.pick_target(judge=request.user, message_id=message_id, role=role)
+    return {"question": target.question, "refused": target.refused, "conversation": target.conversation_id}
 
 
 @router.post("/messages/{message_id}/judgement", response={200: JudgementOut, **BODY, **NOT_FOUND})
@@ -450,6 +475,13 @@ def unjudge(request: HttpRequest, message_id: int) -> Status[None]:
     """Take your verdict on one of your own answers back (and its thumbs)."""
     judgements.message_unjudge(judge=request.user, message_id=message_id, role=Judgement.Role.ASKER)
     return Status(204, None)
+
+
+@router.get("/messages/{message_id}/judgement/pick", response={200: PickOut, **PARAMS, **NOT_FOUND})
+def judgement_pick(request: HttpRequest, message_id: int) -> dict[str, Any]:
+    """The document viewer's pick mode: the question of one of your own finished answers, whose answering passage
+    you are picking (then POST the judgement with document, start and end)."""
+    return _pick(request, message_id, Judgement.Role.ASKER)
 
 
 @router.get("/review/answers", response={200: list[ReviewAnswerBriefOut], **PARAMS, **NOT_FOUND}, tags=["review"])
@@ -526,6 +558,14 @@ def review_unjudge(request: HttpRequest, message_id: int) -> Status[None]:
     _require_reviewer(request)
     judgements.message_unjudge(judge=request.user, message_id=message_id, role=Judgement.Role.REVIEWER)
     return Status(204, None)
+
+
+@router.get("/review/answers/{message_id}/judgement/pick", response={200: PickOut, **PARAMS, **NOT_FOUND},
+            tags=["review"])
+def review_judgement_pick(request: HttpRequest, message_id: int) -> dict[str, Any]:
+    """The document viewer's pick mode for a reviewer: the question of an answer you may judge."""
+    _require_reviewer(request)
+    return _pick(request, message_id, Judgement.Role.REVIEWER)
 
 
 @router.get("/review/conversations/{conversation_id}", response={200: ConversationOut, **PARAMS, **NOT_FOUND},

@@ -3,6 +3,11 @@
 Who may judge what follows who may read what: the asker judges their own finished answers, a reviewer
 any finished answer the review desk shows them in full; an answer withheld from someone (chat.selectors)
 does not exist for them, and neither does a document they may not read, named or shown.
+
+Verdicts teach retrieval (chat.remembering, search.memory): "helpful" on an answer remembers its question for the
+passage it cites first; "should have answered" (or "wrong") with the passage picked in the viewer remembers it for
+that passage; any other verdict against an answer forgets the remembered questions that led to it, and a verdict
+changed or taken back forgets what it taught.
 """
 
 from __future__ import annotations
@@ -14,12 +19,15 @@ from typing import Any
 
 from django.db import transaction
 
+from chat import remembering
 from chat.models import Judgement, Message
 from chat.review_scope import review_scope
 from chat.selectors import is_reviewer, is_withheld
 from chat.services import ChatError, NotFound
 from kb.library.access import visible_documents
 from kb.library.models import Document
+from search import memory
+from search.models import RememberedQuestion
 
 # The asker's thumbs (Message.rating) are the sign of their verdict.
 RATING = {Judgement.Kind.HELPFUL: 1, Judgement.Kind.WRONG: -1, Judgement.Kind.SHOULD_REFUSE: -1,
@@ -59,11 +67,11 @@ def feedback_kind(*, rating: int, reason: str | None, refused: bool) -> Judgemen
     return REASON_KIND[Judgement.Reason(reason)]
 
 
-def _judged_answer(*, judge: Any, message_id: int, role: str) -> Message:
-    """The finished answer `judge` may judge in `role`, locked for the write; NotFound for anything else
+def _judged_answer(*, judge: Any, message_id: int, role: str, lock: bool = True) -> Message:
+    """The finished answer `judge` may judge in `role`, locked for the write (`lock`); NotFound for anything else
     (missing, a question, someone else's, unfinished, withheld from them: all look the same)."""
-    answers = Message.objects.select_for_update().filter(pk=message_id, role=Message.Role.ASSISTANT,
-                                                         status__in=Message.FINISHED)
+    answers = (Message.objects.select_for_update() if lock else Message.objects.all()).filter(
+        pk=message_id, role=Message.Role.ASSISTANT, status__in=Message.FINISHED)
     if role == Judgement.Role.ASKER:
         answers = answers.filter(conversation__owner=judge)
     elif not is_reviewer(judge):
@@ -85,37 +93,95 @@ def _named_document(judge: Any, document_id: int | None) -> Document | None:
     return document
 
 
+# The verdicts that may name the document (and pick the passage) that answers the question.
+NAMING = (Judgement.Kind.SHOULD_ANSWER, Judgement.Kind.WRONG)
+
+
+def _picked_passage(document: Document | None, start: int | None, end: int | None) -> str:
+    """The stable id of the passage of `document`'s current version that holds the range a judge picked in the
+    viewer ("" when none was picked); a ChatError says what is wrong with a pick."""
+    if start is None and end is None:
+        return ""
+    if start is None or end is None:
+        raise ChatError("a picked passage needs both start and end (offsets into the document's text)")
+    if document is None:
+        raise ChatError("a picked passage (start, end) goes with the document it is in")
+    length = len(document.canonical_text or "")
+    if not 0 <= start < end <= length:
+        raise ChatError(f"the picked range {start}-{end} is not inside the document's text (0-{length}); "
+                        "pick it again in the viewer")
+    passage = memory.passage_at(document.pk, start, end)
+    if passage is None:
+        raise ChatError("the picked range lies in no passage of the document as it is now; reload the document "
+                        "and pick it again")
+    return passage.stable_id
+
+
+def _teach(message: Message, judgement: Judgement, *, judge: Any) -> None:
+    """What the verdict teaches retrieval: a negative one forgets the remembered questions that led to the answer;
+    "helpful" on an answer remembers its question for the passage it cites first; a picked passage remembers it
+    for that passage."""
+    kind = judgement.kind
+    if kind != Judgement.Kind.HELPFUL:
+        remembering.forget_contradicted(message)
+    if kind == Judgement.Kind.HELPFUL and message.status == Message.Status.DONE:
+        remembering.remember_cited(message, remembering.first_citation(message), kind=RememberedQuestion.Kind.HELPFUL,
+                                   judge=judge, judgement_id=judgement.pk)
+    if judgement.passage and judgement.document_id is not None and judgement.start is not None \
+            and judgement.end is not None:
+        memory.remember(document_id=judgement.document_id, stable_id=judgement.passage,
+                        question=remembering.question_of(message), kind=RememberedQuestion.Kind.LINKED,
+                        message_id=message.pk, judge=judge, judgement_id=judgement.pk,
+                        span=(judgement.start, judgement.end))
+
+
 @transaction.atomic
 def message_judge(*, judge: Any, message_id: int, role: str, kind: str, document_id: int | None = None,
-                  note: str = "", reason: str = "") -> Judgement:
+                  note: str = "", reason: str = "", start: int | None = None, end: int | None = None) -> Judgement:
     """Store `judge`'s verdict on the answer (one per answer and judge: a second replaces the first).
 
-    `document_id` names the document that answers the question, with "should have answered" only; `reason` is
-    the asker's chip it came from (message_rate). The asker's verdict also sets the answer's thumbs
-    (Message.rating). Nothing is stored on an error.
+    `document_id` names the document that answers the question, with "should have answered" or "wrong" only, and
+    `start`, `end` the range of it the judge picked in the viewer (offsets into its text: it must lie in a passage
+    of its current version); `reason` is the asker's chip it came from (message_rate). The asker's verdict also
+    sets the answer's thumbs (Message.rating). The same verdict given again with no words of its own (the passage
+    named later) keeps the earlier note and reason. What the verdict teaches retrieval: _teach. Nothing is stored on
+    an error.
     """
     if kind not in Judgement.Kind.values:
         raise ChatError(f"unknown judgement {kind!r}; one of {', '.join(Judgement.Kind.values)}")
-    if document_id is not None and kind != Judgement.Kind.SHOULD_ANSWER:
-        raise ChatError("only a 'should_answer' judgement names a document")
+    if document_id is not None and kind not in NAMING:
+        raise ChatError("only a 'should_answer' or 'wrong' judgement names a document")
     if reason and (reason not in Judgement.Reason.values or REASON_KIND[Judgement.Reason(reason)] != kind):
         raise ChatError(f"the reason {reason!r} does not go with a {kind!r} judgement")
     message = _judged_answer(judge=judge, message_id=message_id, role=role)
     if message.status == Message.Status.REFUSED and kind == Judgement.Kind.SHOULD_REFUSE:
         raise ChatError("this question was refused; judge the refusal 'helpful' (right) or 'should_answer'")
+    if (start is not None or end is not None) and document_id is None:
+        raise ChatError("a picked passage (start, end) goes with the document it is in")
     document = _named_document(judge, document_id)
+    passage = _picked_passage(document, start, end)
+    given = Judgement.objects.filter(message=message, judge=judge).first()
+    if given is not None:
+        memory.forget(judgement_id=given.pk)  # what the verdict it replaces taught
+        if given.kind == kind and not note.strip() and not reason:
+            note, reason = given.note, given.reason  # naming the passage later keeps what the judge said with it
     judgement, _ = Judgement.objects.update_or_create(
         message=message, judge=judge,
-        defaults={"role": role, "kind": kind, "document": document, "note": note.strip(), "reason": reason})
+        defaults={"role": role, "kind": kind, "document": document, "note": note.strip(), "reason": reason,
+                  "passage": passage, "start": start if passage else None, "end": end if passage else None})
     if role == Judgement.Role.ASKER:
         Message.objects.filter(pk=message.pk).update(rating=RATING[Judgement.Kind(kind)])
+    _teach(message, judgement, judge=judge)
     return judgement
 
 
 @transaction.atomic
 def message_unjudge(*, judge: Any, message_id: int, role: str) -> None:
-    """Take `judge`'s verdict on the answer back (nothing to take back is fine); the asker's thumbs go with it."""
+    """Take `judge`'s verdict on the answer back (nothing to take back is fine); the asker's thumbs go with it, and
+    so does what it taught retrieval."""
     message = _judged_answer(judge=judge, message_id=message_id, role=role)
+    for pk in Judgement.objects.filter(message=message, judge=judge).values_list("pk", flat=True):
+        memory.forget(judgement_id=pk)
     Judgement.objects.filter(message=message, judge=judge).delete()
     if role == Judgement.Role.ASKER:
         Message.objects.filter(pk=message.pk).update(rating=0)
@@ -142,6 +208,21 @@ def message_rate(*, user: Any, message_id: int, rating: int, reason: str | None 
     kind = feedback_kind(rating=rating, reason=reason, refused=message.refused)
     return message_judge(judge=user, message_id=message_id, role=Judgement.Role.ASKER, kind=kind, note=comment,
                          reason=reason or "")
+
+
+@dataclass(frozen=True)
+class PickTarget:
+    """What the viewer's pick mode shows while a judge picks the passage that answers a question."""
+
+    question: str
+    refused: bool
+    conversation_id: int
+
+
+def pick_target(*, judge: Any, message_id: int, role: str) -> PickTarget:
+    """The answer `judge` is picking a passage for, in `role`: only one they may judge (NotFound otherwise)."""
+    message = _judged_answer(judge=judge, message_id=message_id, role=role, lock=False)
+    return PickTarget(remembering.question_of(message), message.refused, message.conversation_id)
 
 
 @dataclass(frozen=True)

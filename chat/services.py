@@ -19,7 +19,7 @@ from django.utils.translation import gettext, gettext_noop
 
 from accounts.acl import is_active_user
 from accounts.language import language_for
-from chat import conf
+from chat import conf, remembering
 from chat.answering import AnswerRecord, answer_stream
 from chat.events import CitationPayload, Event, publish
 from chat.models import Citation, Conversation, Feedback, Message
@@ -344,7 +344,7 @@ def _store(writer: _Writer, event: Event, record: AnswerRecord) -> str | None:
         # The label goes to the reader; the numbers behind it stay with the evaluation (they are retrieval's).
         sent = cast(Event, {k: v for k, v in event.items() if k != "match_signals"})
         writer.finish(sent, status=Message.Status.DONE, text=event["text"], unsupported=claims,
-                      match=event.get("match", ""), **event["timings"])
+                      match=event.get("match", ""), curated_id=record.curated, **event["timings"])
         return Message.Status.DONE
     if event["type"] == "error":
         fields: dict[str, Any] = {"status": Message.Status.FAILED, "error": event["error"]}
@@ -369,10 +369,13 @@ def _citation_row(message_id: int, citation: CitationPayload) -> Citation:
 
 def feedback_add(*, reviewer: Any, message: Message, kind: str, citation_number: int | None = None,
                  note: str = "") -> Feedback:
-    """Flag an answer, or one of its citations, as wrong source / unsupported / outdated.
+    """Flag an answer, or one of its citations, as wrong source / unsupported / outdated, or confirm a citation
+    (right source).
 
-    Nobody judges an answer withheld from them on the review desk (chat.selectors, their review grants
-    counting): to them it does not exist.
+    A confirmed citation remembers the answer's question for the passage it quotes; a wrong source forgets what
+    was remembered for that passage from this answer, and the remembered questions that led to the answer
+    (chat.remembering). Nobody judges an answer withheld from them on the review desk (chat.selectors, their
+    review grants counting): to them it does not exist.
     """
     if kind not in Feedback.Kind.values:
         raise ChatError(f"unknown feedback kind {kind!r}; one of {', '.join(Feedback.Kind.values)}")
@@ -383,7 +386,16 @@ def feedback_add(*, reviewer: Any, message: Message, kind: str, citation_number:
         citation = message.citations.filter(number=citation_number).first()
         if citation is None:
             raise ChatError(f"answer {message.pk} has no citation [{citation_number}]")
-    return Feedback.objects.create(message=message, citation=citation, reviewer=reviewer, kind=kind, note=note.strip())
+    if kind == Feedback.Kind.RIGHT_SOURCE and citation is None:
+        raise ChatError("'right_source' confirms one citation: name its number (citation)")
+    with transaction.atomic():
+        feedback = Feedback.objects.create(message=message, citation=citation, reviewer=reviewer, kind=kind,
+                                           note=note.strip())
+        if kind == Feedback.Kind.RIGHT_SOURCE:
+            remembering.remember_confirmed(message, citation, judge=reviewer)
+        elif kind == Feedback.Kind.WRONG_SOURCE:
+            remembering.forget_cited(message, citation)
+    return feedback
 
 
 def unsupported_claim_review(*, reviewer: Any, message_id: int, index: int, verdict: str) -> Message:

@@ -54,13 +54,14 @@ def shelves(people: dict[str, Any]) -> dict[str, Document]:
 
 
 def refused(user: Any, question: str, settings: Any) -> Message:
-    """An answer refused whatever was found (the answerability cutoff out of reach)."""
-    before = settings.KB_ANSWERABILITY
-    settings.KB_ANSWERABILITY = {**before, "cutoff": 0.999999}
+    """An answer refused whatever was found (the answerability cutoff out of reach, and no question remembered from
+    an earlier verdict near enough to answer it: search.memory)."""
+    before = settings.KB_ANSWERABILITY, settings.KB_MEMORY_DISTANCE
+    settings.KB_ANSWERABILITY, settings.KB_MEMORY_DISTANCE = {**before[0], "cutoff": 0.999999}, -1.0
     try:
         answer = answered(user, question)
     finally:
-        settings.KB_ANSWERABILITY = before
+        settings.KB_ANSWERABILITY, settings.KB_MEMORY_DISTANCE = before
     assert answer.status == Message.Status.REFUSED, answer.refusal_reason
     return answer
 

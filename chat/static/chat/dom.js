@@ -80,8 +80,10 @@
   var REFUSAL_VERDICTS = [["helpful", gettext("Right not to answer")], ["should_answer", gettext("Should have answered")]];
 
   /* A reviewer's verdict on an answer (the review desk), as a group of toggle buttons, one per verdict kind:
-   * POST `url` {kind}, DELETE `url` when the chosen one is pressed again. "Should have answered"
-   * opens a search over the documents the judge may read (GET /api/search), to name the one that answers.
+   * POST `url` {kind}, DELETE `url` when the chosen one is pressed again. "Should have answered" (and, once given,
+   * "wrong": "Name the passage that answers it") opens a search over the documents the judge may read (GET
+   * /api/search), to name the one that answers, and offers "Pick the passage": the document viewer in pick mode
+   * (kb/library/static/kb/viewer.js), where the judge selects the text that answers and the verdict is saved with it.
    * options: url, key (unique in the page), refused, question, judgement (or null), showNamed (default true:
    * the document it names, under the buttons), onSaved(judgement or null), onError(message). Returns the element. */
   function judge(options) {
@@ -97,7 +99,7 @@
       button.setAttribute("data-kind", choice[0]);
       button.setAttribute("aria-pressed", current === choice[0] ? "true" : "false");
       button.addEventListener("click", function () {
-        if (choice[0] === "should_answer" && current !== choice[0]) { documentPicker(options, wrap); return; }
+        if (choice[0] === "should_answer" && current !== choice[0]) { documentPicker(options, wrap, "should_answer"); return; }
         var request = current === choice[0] ? json("DELETE", options.url).then(function () { return null; })
                                              : json("POST", options.url, { kind: choice[0] });
         request.then(options.onSaved, function (error) { options.onError(error.message); });
@@ -105,6 +107,12 @@
       group.appendChild(button);
     });
     wrap.appendChild(group);
+    if (current === "wrong" && pickTarget(options.url)) {
+      var name = el("button", "btn btn-small btn-ghost judge-name-passage", gettext("Name the passage that answers it"));
+      name.type = "button";
+      name.addEventListener("click", function () { documentPicker(options, wrap, "wrong"); });
+      wrap.appendChild(name);
+    }
     var named = options.showNamed !== false && options.judgement && options.judgement.document;
     if (named) {
       var line = el("p", "judge-named muted", gettext("Answerable from:") + " ");
@@ -116,7 +124,22 @@
     return wrap;
   }
 
-  function documentPicker(options, wrap) {
+  // The answer and the judge's role a verdict URL names (/api/messages/ID/judgement: the asker's), for pick mode.
+  function pickTarget(url) {
+    var match = /^\/api\/(review\/answers|messages)\/(\d+)\/judgement$/.exec(url || "");
+    return match ? { message: match[2], role: match[1] === "messages" ? "asker" : "reviewer" } : null;
+  }
+
+  // The viewer in pick mode for `document`, at the passage `link` (a search hit's locator) when there is one.
+  function pickLink(url, documentId, kind, link) {
+    var target = pickTarget(url);
+    if (!target) return null;
+    var at = safeLink(link) ? link.slice(link.indexOf("#")) : "";
+    return "/documents/" + documentId + "/?pick=" + target.message + "&role=" + target.role + "&kind=" + kind +
+           (at.charAt(0) === "#" ? at : "");
+  }
+
+  function documentPicker(options, wrap, kind) {
     var old = wrap.querySelector(".judge-document");
     if (old) { old.querySelector("input[type=search]").focus(); return; }
     var id = "judge-doc-" + options.key;
@@ -133,11 +156,20 @@
     find.type = "button";
     var choices = el("fieldset", "judge-choices");
     choices.appendChild(el("legend", "visually-hidden", gettext("Documents you can read")));
-    var save = el("button", "btn btn-small", gettext("Save: should have answered"));
+    var save = el("button", "btn btn-small", kind === "wrong" ? gettext("Save: wrong") : gettext("Save: should have answered"));
     save.type = "submit";
+    var pick = el("a", "btn btn-small btn-ghost judge-pick", gettext("Pick the passage"));
+    pick.hidden = true;
     var status = el("p", "muted judge-status");
     status.setAttribute("role", "status");
-    [label, input, find, choices, save, status].forEach(function (node) { form.appendChild(node); });
+    var hitLinks = {};  // document id: the locator of its best hit, where pick mode starts
+    [label, input, find, choices, save, pick, status].forEach(function (node) { form.appendChild(node); });
+    choices.addEventListener("change", function () {
+      var chosen = choices.querySelector("input:checked");
+      var href = chosen && pickLink(options.url, chosen.value, kind, hitLinks[chosen.value]);
+      pick.hidden = !href;
+      if (href) pick.href = href;
+    });
 
     function search() {
       var q = input.value.trim();
@@ -145,10 +177,12 @@
       status.textContent = gettext("Searching…");
       json("GET", "/api/search?k=10&q=" + encodeURIComponent(q)).then(function (data) {
         choices.querySelectorAll(".judge-choice").forEach(function (node) { node.remove(); });
+        pick.hidden = true;
         var seen = {};
         (data.hits || []).forEach(function (h) {
           if (seen[h.document_id]) return;
           seen[h.document_id] = true;
+          hitLinks[h.document_id] = h.link;
           var row = el("div", "judge-choice");
           var radio = el("input");
           radio.type = "radio";
@@ -174,7 +208,7 @@
     form.addEventListener("submit", function (event) {
       event.preventDefault();
       var chosen = choices.querySelector("input:checked");
-      var body = { kind: "should_answer" };
+      var body = { kind: kind };
       if (chosen) body.document = Number(chosen.value);
       save.disabled = true;
       json("POST", options.url, body).then(options.onSaved, function (error) {
@@ -204,6 +238,6 @@
     return new Intl.DateTimeFormat(document.documentElement.lang || undefined, style).format(new Date(value));
   }
 
-  window.KB = { el: el, csrf: csrf, safeLink: safeLink, json: json, judge: judge, formatDate: formatDate,
-                timeZone: timeZone };
+  window.KB = { el: el, csrf: csrf, safeLink: safeLink, json: json, judge: judge, documentPicker: documentPicker,
+                formatDate: formatDate, timeZone: timeZone };
 })();

@@ -41,7 +41,9 @@
              note: judgement.note || "", document: judgement.document || null };
   }
 
-  /* options: message (the answer's id), refused, judgement (the asker's own, or null), onError(error).
+  /* options: message (the answer's id), refused, judgement (the asker's own, or null), question (what was asked),
+   * onError(error). After "The documents do answer this", the asker may show where: a document, and the passage picked
+   * in the viewer (KB.documentPicker, dom.js), which teaches retrieval for everyone who may read it.
    * Returns the element; it redraws itself as the feedback changes. */
   function feedback(options) {
     var wrap = el("div", "turn-feedback");
@@ -175,6 +177,23 @@
       body.appendChild(group);
       if (editing) body.appendChild(panel());
       else if (state && state.rating === -1) body.appendChild(said());
+      if (state && state.reason === "should_answer" && !state.document && !editing) {
+        var where = el("button", "btn btn-small btn-ghost feedback-where", gettext("Show where the documents answer it"));
+        where.type = "button";
+        where.addEventListener("click", function () {
+          window.KB.documentPicker({
+            url: "/api/messages/" + options.message + "/judgement", key: key, question: options.question || "",
+            onSaved: function (judgement) {
+              var form = wrap.querySelector(".judge-document");
+              if (form) form.remove();
+              state = given(judgement);
+              draw([".feedback-change"], gettext("Thank you: your feedback was saved."));
+            },
+            onError: options.onError
+          }, wrap, "should_answer");
+        });
+        body.appendChild(where);
+      }
       if (state && state.document && !editing) {
         var line = el("p", "judge-named muted", gettext("Answerable from:") + " ");
         var href = safeLink(state.document.link);

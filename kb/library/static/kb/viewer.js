@@ -179,10 +179,115 @@
     img.addEventListener("error", broken);
   });
 
+  /* Pick mode (?pick=<answer id>&role=asker|reviewer&kind=should_answer|wrong, the link a verdict offers): the
+   * reader selects the text that answers the answer's question, and "This answers the question" posts the verdict
+   * with the document and the selection as offsets into the canonical text (the reverse of markRange), then goes back
+   * to the answer. Keyboard: Tab to a paragraph (they are focusable in this mode) and Enter selects it. The question
+   * comes from the API, which answers only for an answer the reader may judge. */
+  function pickMode() {
+    var params = new URLSearchParams(location.search);
+    var message = /^\d{1,18}$/.test(params.get("pick") || "") ? params.get("pick") : null;
+    var role = params.get("role") === "reviewer" ? "reviewer" : "asker";
+    var kind = params.get("kind") === "wrong" ? "wrong" : "should_answer";
+    var pickBar = document.getElementById("pick-bar");
+    if (!message || !pickBar || !window.KB) return;
+    var save = document.getElementById("pick-save"), status = document.getElementById("pick-status");
+    var backLink = document.getElementById("pick-back");
+    var base = role === "reviewer" ? "/api/review/answers/" + message + "/judgement" : "/api/messages/" + message + "/judgement";
+    var picked = null, returnTo = null;
+
+    function reviewPage() {
+      var from;
+      try { from = new URL(document.referrer); } catch (e) { from = null; }
+      return from && from.origin === location.origin && /^\/review\/$/.test(from.pathname) ? from.pathname + from.search : "/review/?filter=all";
+    }
+
+    // The code-point offset of a selection boundary in the article's text (its textContent is the canonical text).
+    function offsetOf(container, offset) {
+      var before = document.createRange();
+      before.selectNodeContents(root);
+      before.setEnd(container, offset);
+      return before.toString();
+    }
+
+    function selected() {
+      var selection = window.getSelection();
+      if (!selection || selection.isCollapsed || !selection.rangeCount) return null;
+      var range = selection.getRangeAt(0);
+      if (!range.intersectsNode(root)) return null;
+      var full = root.textContent;
+      var a = root.contains(range.startContainer) ? offsetOf(range.startContainer, range.startOffset).length : 0;
+      var b = root.contains(range.endContainer) ? offsetOf(range.endContainer, range.endOffset).length : full.length;
+      while (a < b && /\s/.test(full.charAt(a))) a++;
+      while (b > a && /\s/.test(full.charAt(b - 1))) b--;
+      if (b <= a) return null;
+      return { start: cpLength(full.slice(0, a)), end: cpLength(full.slice(0, b)), text: full.slice(a, b) };
+    }
+
+    function update() {
+      if (save.getAttribute("aria-busy") === "true") return;
+      picked = selected();
+      save.disabled = !picked;
+      var text = picked && picked.text.replace(/\s+/g, " ");
+      status.textContent = !picked ? "" : fmt(window.gettext("Selected: “%(text)s”"),
+                                              { text: text.length > 120 ? text.slice(0, 117) + "…" : text });
+    }
+
+    function selectBlock(block) {
+      var range = document.createRange();
+      range.selectNodeContents(block);
+      var selection = window.getSelection();
+      selection.removeAllRanges();
+      selection.addRange(range);
+      update();
+    }
+
+    window.KB.json("GET", base + "/pick").then(function (target) {
+      pickBar.hidden = false;
+      if (bar) bar.hidden = true;
+      document.getElementById("pick-question").textContent = target.question;
+      returnTo = role === "asker" ? "/?c=" + target.conversation + "#answer-" + message : reviewPage();
+      backLink.href = returnTo;
+      root.querySelectorAll("p, li, td, th, pre, blockquote, h1, h2, h3, h4, h5, h6, dd").forEach(function (block) {
+        if (block.querySelector("p, li, td, pre")) return;  // the innermost blocks only
+        block.setAttribute("tabindex", "0");
+        block.classList.add("pick-block");
+        block.addEventListener("keydown", function (event) {
+          if (event.key === "Enter" || event.key === " ") { event.preventDefault(); selectBlock(block); }
+        });
+      });
+      document.addEventListener("selectionchange", update);
+      document.getElementById("pick-label").focus();
+    }, function (error) {
+      pickBar.hidden = false;
+      save.hidden = true;
+      document.getElementById("pick-help").hidden = true;
+      backLink.hidden = true;
+      status.textContent = fmt(window.gettext("This answer cannot be judged here: %(reason)s"), { reason: error.message });
+    });
+
+    save.addEventListener("click", function () {
+      if (!picked) return;
+      var body = { kind: kind, document: Number(pickBar.getAttribute("data-document")), start: picked.start, end: picked.end };
+      save.disabled = true;
+      save.setAttribute("aria-busy", "true");
+      status.textContent = window.gettext("Saving…");
+      window.KB.json("POST", base, body).then(function () {
+        status.textContent = window.gettext("Saved: the question is remembered for this passage. Going back to the answer…");
+        location.assign(returnTo);
+      }, function (error) {
+        save.setAttribute("aria-busy", "false");
+        save.disabled = !picked;
+        status.textContent = fmt(window.gettext("Not saved: %(reason)s"), { reason: error.message });
+      });
+    });
+  }
+
   if (jump) jump.addEventListener("click", function () { reveal(true); });
   window.addEventListener("hashchange", function () {
     var target = parseHash();
     if (target.range || target.page) apply(true);
   });
   apply(false);
+  pickMode();
 })();
