@@ -163,8 +163,9 @@ def _judge(gt_questions: Sequence[Mapping[str, Any]], located: Mapping[str, tupl
         else:
             kinds["unlocated"] = kinds.get("unlocated", 0) + 1
             continue
-        extra = {"document_id": picked[0], "start": picked[1], "end": picked[2]} if picked else {}
-        message_judge(judge=judge, message_id=message.pk, role=Judgement.Role.ASKER, kind=kind, **extra)
+        document, start, end = picked if picked else (None, None, None)
+        message_judge(judge=judge, message_id=message.pk, role=Judgement.Role.ASKER, kind=kind, document_id=document,
+                      start=start, end=end)
         kinds[kind] = kinds.get(kind, 0) + 1
     return kinds
 
