@@ -116,6 +116,24 @@ def test_an_approved_answer_reaches_a_question_in_other_words_and_a_draft_does_n
     assert citations[0]["document_title"] == shipments.title and '<a class="cite"' in done["html"]
 
 
+def test_a_looser_match_is_served_only_where_retrieval_agrees(
+    approved: CuratedAnswer, corpus: dict[str, Document], people: dict[str, Any]
+) -> None:
+    """"Can I download shipments as a spreadsheet?" is 0.35 from the example question: past KB_CURATED_ALONE, so the
+    curated answer needs one of its passages first in retrieval's order; another passage first, and it is not served."""
+    vector, _ = embedding.embed_query("Can I download shipments as a spreadsheet?")
+    cited = approved.citations.get()
+    passage = Chunk.objects.get(document_id=cited.document_id, stable_id=cited.stable_id)
+    other = Chunk.objects.filter(document=corpus["shipments"]).exclude(pk=passage.pk).first()
+    assert other is not None
+    assert curated.curated_for(user=people["carol"], vector=vector) is None
+    assert curated.curated_for(user=people["carol"], vector=vector, first=[other.pk, passage.pk]) is None  # not first
+    found = curated.curated_for(user=people["carol"], vector=vector, first=[passage.pk, other.pk])
+    assert found is not None and found.answer.pk == approved.pk and 0.15 < found.distance <= 0.6
+    far, _ = embedding.embed_query("Which carriers does the filter bar list?")  # agreeing retrieval is not enough
+    assert curated.curated_for(user=people["carol"], vector=far, first=[passage.pk]) is None
+
+
 def test_a_served_answer_is_stored_as_curated_and_replayed_with_its_badge(
     approved: CuratedAnswer, corpus: dict[str, Document], people: dict[str, Any]
 ) -> None:

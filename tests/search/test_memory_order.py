@@ -1,0 +1,39 @@
+"""Where a remembered question puts its passage (search.retrieval._remembered_first): first, only when retrieval
+agrees closely enough — among the first KB_MEMORY_RANK hits and within KB_MEMORY_MARGIN of the first one's distance
+(docs/LEARNING.md) — and the nearest remembered question wins among those that qualify."""
+
+from __future__ import annotations
+
+from search.retrieval import Hit, SearchOptions, _remembered_first
+
+OPTIONS = SearchOptions(memory_rank=3, memory_margin=0.2)
+
+
+def _hit(chunk_id: int, distance: float, remembered: float | None = None) -> Hit:
+    return Hit(chunk_id=chunk_id, document_id=1, document_title="t", mime_type="text/markdown", ordinal=chunk_id,
+               breadcrumb="", content=f"passage {chunk_id}", start=0, end=1, page=None, kind="section",
+               audience="", part=None, parts=None, split_group="", distance=distance, score=0.0, ranks={},
+               remembered_distance=remembered, remembered=(chunk_id * 10,) if remembered is not None else ())
+
+
+def order(hits: list[Hit]) -> tuple[list[int], int | None]:
+    ordered, pinned = _remembered_first(hits, OPTIONS)
+    return [h.chunk_id for h in ordered], pinned.chunk_id if pinned else None
+
+
+def test_a_remembered_passage_close_behind_the_first_goes_first() -> None:
+    assert order([_hit(1, 0.40), _hit(2, 0.45, remembered=0.4), _hit(3, 0.5)]) == ([2, 1, 3], 2)
+
+
+def test_the_nearest_remembered_question_wins_among_those_that_qualify() -> None:
+    hits = [_hit(1, 0.40, remembered=0.5), _hit(2, 0.45, remembered=0.3), _hit(3, 0.5, remembered=0.1)]
+    assert order(hits) == ([3, 1, 2], 3)
+
+
+def test_retrieval_must_agree_a_remembered_passage_too_far_down_or_too_far_away_stays_put() -> None:
+    below = [_hit(1, 0.40), _hit(2, 0.41), _hit(3, 0.42), _hit(4, 0.43, remembered=0.05)]
+    assert order(below) == ([1, 2, 3, 4], None)  # fourth: past memory_rank
+    farther = [_hit(1, 0.30), _hit(2, 0.55, remembered=0.05)]
+    assert order(farther) == ([1, 2], None)  # 0.25 farther than the first: past memory_margin
+    assert order([]) == ([], None)
+    assert order([_hit(1, 0.3), _hit(2, 0.35)]) == ([1, 2], None)  # nothing remembered
