@@ -82,18 +82,25 @@ class ReadableRawIdWidget(ForeignKeyRawIdWidget):
         return super().label_and_url_for_value(value) if readable else ("", "")
 
 
-class MessageInline(MessageRowsMixin, admin.TabularInline):
+class ReadOnlyInline(admin.TabularInline):
+    """Rows shown with their parent, never added, changed or removed from there (each subclass names its `fields`)."""
+
+    extra = 0
+    can_delete = False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return self.fields
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+class MessageInline(MessageRowsMixin, ReadOnlyInline):
     model = Message
     message_lookup = "pk"
     fk_name = "conversation"
     fields = ("role", "status", "text", "backend", "created_at")
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
     show_change_link = True
-
-    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
 
 @admin.register(Conversation)
@@ -112,15 +119,9 @@ class ConversationAdmin(StaffRuleMixin, admin.ModelAdmin):
         return False  # conversations are started in the chat
 
 
-class CitationInline(MessageRowsMixin, admin.TabularInline):
+class CitationInline(MessageRowsMixin, ReadOnlyInline):
     model = Citation
     fields = ("number", "document", "label", "link", "distance", "quote")
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
 
 class FeedbackInline(FeedbackRowsMixin, admin.TabularInline):
@@ -244,22 +245,16 @@ class ReviewGrantAdmin(StaffRuleMixin, admin.ModelAdmin):
         super().save_model(request, obj, form, change)
 
 
-class ReviewGrantInline(admin.TabularInline):
+class ReviewGrantInline(ReadOnlyInline):
     """A reviewer's grants on their user page, for superusers: read-only (given and revoked under Review grants)."""
 
     model = ReviewGrant
     fk_name = "reviewer"
     fields = ("scope", "granted_by", "note", "created_at")
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
     verbose_name_plural = gettext_lazy("review grants (given and revoked under Chat › Review grants)")
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return bool(request.user.is_superuser)
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -294,26 +289,21 @@ class ReviewAccessAdmin(RecordAdminMixin, admin.ModelAdmin):
         return response
 
 
-class CuratedCitationInline(admin.TabularInline):
+class CuratedRowsMixin:
+    """A curated answer's citations and example questions are seen with the answer, by whoever may view it."""
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.has_perm("chat.view_curatedanswer"))
+
+
+class CuratedCitationInline(CuratedRowsMixin, ReadOnlyInline):
     model = CuratedCitation
     fields = ("number", "document", "stable_id", "start", "end", "quote")
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
 
-class CuratedQuestionInline(admin.TabularInline):
+class CuratedQuestionInline(CuratedRowsMixin, ReadOnlyInline):
     model = CuratedQuestion
     fields = ("text",)
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
 
 @admin.register(CuratedAnswer)

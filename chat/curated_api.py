@@ -7,6 +7,7 @@ Mounted with `api.add_router("/", "chat.curated_api.router")` in kb/api.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal
 
@@ -164,6 +165,16 @@ def _fields(payload: CuratedIn) -> dict[str, Any]:
             "citations": [(c.document, c.start, c.end) for c in payload.citations], "approve": payload.approve}
 
 
+def _acted(request: HttpRequest, answer_id: int, act: Callable[[], object]) -> dict[str, Any]:
+    """The answer as it stands after `act` (one of chat.curated's services), its refusals as 400s."""
+    _require(request)
+    try:
+        act()
+    except ChatError as exc:
+        raise _rejected(exc) from exc
+    return _one(request, answer_id)
+
+
 @router.post("/curated", response={201: CuratedOut, **BODY, **NOT_FOUND, **BAD})
 def curated_create(request: HttpRequest, payload: CuratedIn) -> Status[dict[str, Any]]:
     """Write a curated answer (a draft, or approved at once with `approve`)."""
@@ -179,34 +190,20 @@ def curated_create(request: HttpRequest, payload: CuratedIn) -> Status[dict[str,
 @router.put("/curated/{answer_id}", response={200: CuratedOut, **BODY, **NOT_FOUND, **BAD})
 def curated_update(request: HttpRequest, answer_id: int, payload: CuratedIn) -> dict[str, Any]:
     """Replace an answer's text, questions, citations and statement: it goes back to draft unless `approve`."""
-    _require(request)
-    try:
-        curated.curated_update(editor=request.user, answer_id=answer_id, **_fields(payload))
-    except ChatError as exc:
-        raise _rejected(exc) from exc
-    return _one(request, answer_id)
+    return _acted(request, answer_id, lambda: curated.curated_update(editor=request.user, answer_id=answer_id,
+                                                                     **_fields(payload)))
 
 
 @router.post("/curated/{answer_id}/approve", response={200: CuratedOut, **PARAMS, **NOT_FOUND, **BAD})
 def curated_approve(request: HttpRequest, answer_id: int) -> dict[str, Any]:
     """Approve (again): refused while a cited passage has changed or gone since it was cited."""
-    _require(request)
-    try:
-        curated.curated_approve(approver=request.user, answer_id=answer_id)
-    except ChatError as exc:
-        raise _rejected(exc) from exc
-    return _one(request, answer_id)
+    return _acted(request, answer_id, lambda: curated.curated_approve(approver=request.user, answer_id=answer_id))
 
 
 @router.post("/curated/{answer_id}/retire", response={200: CuratedOut, **PARAMS, **NOT_FOUND, **BAD})
 def curated_retire(request: HttpRequest, answer_id: int) -> dict[str, Any]:
     """Take an answer out of service (back to draft)."""
-    _require(request)
-    try:
-        curated.curated_retire(user=request.user, answer_id=answer_id)
-    except ChatError as exc:
-        raise _rejected(exc) from exc
-    return _one(request, answer_id)
+    return _acted(request, answer_id, lambda: curated.curated_retire(user=request.user, answer_id=answer_id))
 
 
 @router.delete("/curated/{answer_id}", response={204: None, **PARAMS, **NOT_FOUND, **BAD})

@@ -28,18 +28,33 @@ from django.test import Client
 
 from accounts.acl import user_principals
 from accounts.models import ApiToken, OidcIdentity
-from chat.models import Conversation, Feedback, Message, ReviewAccess, ReviewGrant
+from chat.models import (
+    Conversation,
+    CuratedAnswer,
+    CuratedCitation,
+    CuratedQuestion,
+    Feedback,
+    Judgement,
+    Message,
+    ReviewAccess,
+    ReviewGrant,
+)
 from kb.library.models import Chunk, Document, Folder, Source
+from search.models import RememberedQuestion, RetrievalAdjustment
 
 # The models whose Django permissions the admin and the API check, as (app label, model name).
 MODELS = (
     ("kb", "document"), ("kb", "folder"), ("kb", "chunk"), ("kb", "source"),
     ("chat", "conversation"), ("chat", "message"), ("chat", "citation"), ("chat", "feedback"),
-    ("chat", "reviewgrant"), ("chat", "reviewaccess"),
+    ("chat", "reviewgrant"), ("chat", "reviewaccess"), ("chat", "curatedanswer"),
+    ("search", "rememberedquestion"), ("search", "retrievaladjustment"),
     ("accounts", "apitoken"), ("accounts", "oidcidentity"),
     ("auth", "group"), ("auth", "user"),
 )
 ACTIONS = ("view", "add", "change", "delete")
+# Permissions of our own beside the four of each model, with the model whose pages they open.
+CURATE = "chat.curate_answer"  # write, approve, retire and delete curated answers (/review/curated/, /api/curated)
+CUSTOM = {CURATE: "curatedanswer", "chat.view_contentgaps": "message"}
 CONTENT_MANAGER = "content manager"
 
 @dataclass(frozen=True)
@@ -51,33 +66,34 @@ class PermissionSet:
 
     @property
     def models(self) -> set[str]:
-        return {c.split(".")[1].split("_", 1)[1] for c in self.codenames}
+        return {CUSTOM.get(c) or c.split(".")[1].split("_", 1)[1] for c in self.codenames}
 
 
 def permission_sets() -> list[PermissionSet]:
-    """No permission; every single permission; every pair within one model of kb and chat (the permissions
-    the document, folder and review surfaces check); wide bundles, three of them also in the review group;
-    the content manager."""
+    """No permission; every single permission (and curating answers); every pair within one model of kb and chat
+    (the permissions the document, folder and review surfaces check); wide bundles, three of them also in the review
+    group; the content manager."""
     sets = [PermissionSet("none", ())]
     for app, model in MODELS:
         mine = [f"{app}.{action}_{model}" for action in ACTIONS]
         sets += [PermissionSet(p, (p,)) for p in mine]
         if app in ("kb", "chat"):
             sets += [PermissionSet(f"{a}+{b}", (a, b)) for a, b in combinations(mine, 2)]
+    sets.append(PermissionSet(CURATE, (CURATE,)))
     every = [f"{app}.{action}_{model}" for app, model in MODELS for action in ACTIONS]
 
-    def only(*actions: str, apps: Iterable[str] = ("kb", "chat", "accounts", "auth")) -> tuple[str, ...]:
+    def only(*actions: str, apps: Iterable[str] = ("kb", "chat", "search", "accounts", "auth")) -> tuple[str, ...]:
         return tuple(p for p in every if p.split(".")[1].split("_")[0] in actions and p.split(".")[0] in apps)
 
     bundles = {
         "all view": only("view"),
         "all view+change": only("view", "change"),
-        "kb all": only(*ACTIONS, apps=["kb"]),
-        "chat all": only(*ACTIONS, apps=["chat"]),
+        "kb+search all": only(*ACTIONS, apps=["kb", "search"]),
+        "chat all": (*only(*ACTIONS, apps=["chat"]), *CUSTOM),
         "accounts+auth all": only(*ACTIONS, apps=["accounts", "auth"]),
         "message change + feedback add/change": ("chat.change_message", "chat.add_feedback", "chat.change_feedback",
                                                  "chat.view_citation"),
-        "everything": tuple(every),
+        "everything": (*every, *CUSTOM),
     }
     sets += [PermissionSet(name, codenames, wide=True) for name, codenames in bundles.items()]
     # Staff who keep the sources (issue 47): view, add and change them, reading only what everyone reads.
@@ -120,8 +136,8 @@ SELECT md5(concat_ws('#',
   (SELECT string_agg(concat_ws(',', id, folder_id), '|' ORDER BY id) FROM kb_document WHERE folder_id = ANY(%(folders)s)),
   (SELECT string_agg(concat_ws(',', id, title, owner_id), '|' ORDER BY id) FROM chat_conversation
      WHERE id = ANY(%(conversations)s)),
-  (SELECT string_agg(concat_ws(',', id, role, md5(text), status, rating, unsupported::text, source_documents::text),
-          '|' ORDER BY id) FROM chat_message WHERE conversation_id = ANY(%(conversations)s)),
+  (SELECT string_agg(concat_ws(',', id, role, md5(text), status, rating, unsupported::text, source_documents::text,
+          curated_id), '|' ORDER BY id) FROM chat_message WHERE conversation_id = ANY(%(conversations)s)),
   (SELECT string_agg(concat_ws(',', id, label, document_id), '|' ORDER BY id) FROM chat_citation
      WHERE message_id = ANY(%(answers)s)),
   (SELECT string_agg(concat_ws(',', id, kind, note, citation_id), '|' ORDER BY id) FROM chat_feedback
@@ -144,7 +160,21 @@ SELECT md5(concat_ws('#',
   (SELECT string_agg(concat_ws(',', id, reviewer_id, reviewer_name, answer, surface, grants, at), '|' ORDER BY id)
      FROM chat_reviewaccess),
   (SELECT count(*) FROM accounts_apitoken WHERE concat_ws(',', id, user_id, digest, scopes::text) <> ALL(%(tokens)s)
-     AND user_id <> %(attacker)s)
+     AND user_id <> %(attacker)s),
+  (SELECT string_agg(concat_ws(',', id, message_id, judge_id, role, kind, document_id, passage, start, "end", note),
+          '|' ORDER BY id) FROM chat_judgement WHERE message_id = ANY(%(answers)s) OR document_id = ANY(%(docs)s)),
+  (SELECT string_agg(concat_ws(',', id, document_id, stable_id, span_start, span_end, md5(question), kind, judgement_id,
+          message_id, judge_id), '|' ORDER BY id) FROM search_rememberedquestion WHERE document_id = ANY(%(docs)s)),
+  (SELECT string_agg(concat_ws(',', id, document_id, stable_id, action, reason, created_by_id, revoked_by_id,
+          revoked_at), '|' ORDER BY id) FROM search_retrievaladjustment WHERE document_id = ANY(%(docs)s)),
+  (SELECT string_agg(concat_ws(',', id, md5(text), md5(statement), state, stale_reason, from_message_id, from_topic,
+          created_by_id, approved_by_id, approved_at), '|' ORDER BY id) FROM chat_curatedanswer
+     WHERE id = ANY(%(curated)s) OR from_message_id = ANY(%(answers)s)
+        OR id IN (SELECT answer_id FROM chat_curatedcitation WHERE document_id = ANY(%(docs)s))),
+  (SELECT string_agg(concat_ws(',', id, answer_id, number, document_id, stable_id, start, "end", md5(quote)),
+          '|' ORDER BY id) FROM chat_curatedcitation WHERE answer_id = ANY(%(curated)s) OR document_id = ANY(%(docs)s)),
+  (SELECT string_agg(concat_ws(',', id, answer_id, md5(text)), '|' ORDER BY id) FROM chat_curatedquestion
+     WHERE answer_id = ANY(%(curated)s))
 ))
 """
 
@@ -152,8 +182,10 @@ SELECT md5(concat_ws('#',
 @dataclass
 class Guarded:
     """The rows a staff attacker may neither read nor manage: restricted documents and folders, and
-    readers' conversations, answers, citations and flags drawn from them; review grants of the guarded groups and
-    folders (or to the attacker) and the review access log; plus every account's powers."""
+    readers' conversations, answers, citations, flags and verdicts drawn from them; review grants of the guarded
+    groups and folders (or to the attacker) and the review access log; what verdicts and staff taught retrieval about
+    restricted documents (remembered questions, boosts and hides) and the curated answers citing them (or written
+    from a reader's answer); plus every account's powers."""
 
     documents: list[int]
     folders: list[int]
@@ -161,6 +193,7 @@ class Guarded:
     answers: list[int]
     users: list[int]  # every account but those an attacker creates (creating one gives nobody access)
     groups: list[int]
+    curated: list[int] = field(default_factory=list)  # the curated answers citing restricted passages
     tokens: list[str] = field(default_factory=list)  # revoking or deleting one is what the permission is for
 
     def __post_init__(self) -> None:
@@ -175,7 +208,7 @@ class Guarded:
             cursor.execute(FINGERPRINT, {"docs": self.documents, "folders": self.folders,
                                          "conversations": self.conversations, "answers": self.answers,
                                          "users": [*self.users, attacker.pk], "groups": self.groups,
-                                         "tokens": self.tokens,
+                                         "tokens": self.tokens, "curated": self.curated,
                                          "attacker": attacker.pk})
             return str(cursor.fetchone()[0])
 
@@ -197,7 +230,7 @@ class Guarded:
         conversations = sorted(Conversation.objects.filter(pk__in=self.conversations).values_list("pk", "title", "owner"))
         messages = sorted(
             (m.pk, m.role, _digest(m.text), m.status, m.rating, json.dumps(m.unsupported, sort_keys=True),
-             m.source_documents)
+             m.source_documents, m.curated_id)
             for m in Message.objects.filter(conversation_id__in=self.conversations)
         )
         citations = sorted(
@@ -220,12 +253,33 @@ class Guarded:
                                                    Q(reviewer=attacker)).values_list("pk", "reviewer", "group", "folder"))
         access_log = sorted(ReviewAccess.objects.values_list("pk", "reviewer", "reviewer_name", "answer", "surface",
                                                              "grants", "at"))
+        judgements = sorted(Judgement.objects.filter(Q(message_id__in=self.answers) | Q(document_id__in=self.documents))
+                            .values_list("pk", "message", "judge", "role", "kind", "document", "passage", "start",
+                                         "end", "note"))
+        remembered = sorted((r.pk, r.document_id, r.stable_id, r.span_start, r.span_end, _digest(r.question), r.kind,
+                             r.judgement_id, r.message_id, r.judge_id)
+                            for r in RememberedQuestion.objects.filter(document_id__in=self.documents).defer("embedding"))
+        adjustments = sorted(RetrievalAdjustment.objects.filter(document_id__in=self.documents).values_list(
+            "pk", "document", "stable_id", "action", "reason", "created_by", "revoked_by", "revoked_at"))
+        cited = CuratedCitation.objects.filter(Q(answer_id__in=self.curated) | Q(document_id__in=self.documents))
+        curated = sorted(
+            (a.pk, _digest(a.text), _digest(a.statement), a.state, a.stale_reason, a.from_message_id, a.from_topic,
+             a.created_by_id, a.approved_by_id, a.approved_at)
+            for a in CuratedAnswer.objects.filter(Q(pk__in=self.curated) | Q(from_message_id__in=self.answers) |
+                                                  Q(pk__in=cited.values("answer_id"))))
+        curated_citations = sorted((c.pk, c.answer_id, c.number, c.document_id, c.stable_id, c.start, c.end,
+                                    _digest(c.quote)) for c in cited)
+        curated_questions = sorted(CuratedQuestion.objects.filter(answer_id__in=self.curated).values_list(
+            "pk", "answer", "text"))
         fresh = User.objects.get(pk=attacker.pk)
         powers = (sorted(user_principals(fresh)), fresh.is_superuser, sorted(fresh.get_all_permissions()))
         return {
             "documents": docs, "chunks": chunks, "folders": folders, "sources": sources, "conversations": conversations,
             "messages": messages, "citations": citations, "feedback": feedback, "accounts": accounts,
-            "groups": groups, "review grants": grants, "review access log": access_log, "oidc identities": identities, "new or changed api tokens": tokens, "attacker's powers": powers,
+            "groups": groups, "review grants": grants, "review access log": access_log, "oidc identities": identities,
+            "new or changed api tokens": tokens, "judgements": judgements, "remembered questions": remembered,
+            "boosts and hides": adjustments, "curated answers": curated, "curated citations": curated_citations,
+            "curated example questions": curated_questions, "attacker's powers": powers,
         }
 
 
