@@ -6,8 +6,8 @@ The set (../shared/eval's layout, each ground truth asked as a "doc" and a "tick
 database, as `manage.py evaluate` indexes it. Every question is asked once with nothing learnt ("before"). Then, per
 random split, a `share` of the ground truths is judged through the product's own services: a judge (one of several
 people, so the per-judge cap of the memory holds) asks the doc phrasing (chat.services.question_ask and
-answer_produce, as the worker does) and judges the answer as a careful reader would — "helpful" when its first
-citation holds the needle, "should have answered" with the needle's range picked when it was refused, "wrong" with
+answer_produce, as the worker does) and judges the answer as a careful reader would — "helpful" when it says the
+needle, from its first citation, "should have answered" with the needle's range picked when it was refused, "wrong" with
 the range picked when it quoted something else (chat.judgements.message_judge). Every question is asked again
 ("after") and the printed figures compare the two for the ticket phrasings of the judged ground truths (R@1, R@4,
 needle in the answer, refused), for the ground truths left alone (R@1) and for the out-of-domain questions (refused).
@@ -145,7 +145,7 @@ def _judge(gt_questions: Sequence[Mapping[str, Any]], located: Mapping[str, tupl
     from chat.judgements import message_judge
     from chat.models import Judgement, Message
     from chat.services import answer_produce, question_ask
-    from lab.evaluation import metrics
+    from lab.evaluation import answers, metrics
 
     kinds: dict[str, int] = {}
     for i, q in enumerate(gt_questions):
@@ -155,7 +155,8 @@ def _judge(gt_questions: Sequence[Mapping[str, Any]], located: Mapping[str, tupl
         answer_produce(message_id=asked.answer.pk)
         message = Message.objects.get(pk=asked.answer.pk)
         first = _first_citation(message)
-        if message.status == Message.Status.DONE and first is not None and metrics.holds(first.quote, q["needle"]):
+        if (message.status == Message.Status.DONE and first is not None and metrics.holds(first.quote, q["needle"])
+                and answers.holds_needle(message.text, q["needle"])):
             kind, picked = Judgement.Kind.HELPFUL, None
         elif gt in located:
             kind = Judgement.Kind.SHOULD_ANSWER if message.refused else Judgement.Kind.WRONG

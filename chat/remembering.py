@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from chat.models import Citation, Message
+from chat.support import quoted_spans
 from search import memory
 from search.models import RememberedQuestion
 
@@ -27,14 +28,19 @@ def first_citation(message: Message) -> Citation | None:
     return citations[min(citations)] if citations else None
 
 
-def cited_passage(citation: Citation) -> tuple[int, str, tuple[int, int]] | None:
-    """The passage (document id, stable id) a citation quotes, and the document's range that answered: the quoted
-    sentence (`&focus=` in its link), else the quote. The citation's chunk while it exists; after a re-index, the
-    passage of the document's current version at the quote (search.memory.passage_at); None when there is none."""
+def cited_passage(citation: Citation, answer: str = "") -> tuple[int, str, tuple[int, int]] | None:
+    """The passage (document id, stable id) a citation quotes, and the document's range that answered: from the first
+    to the last of the `answer`'s sentences citing it that stand in its quote (chat.support.quoted_spans), else the
+    quoted sentence (`&focus=` in its link), else the quote. The citation's chunk while it exists; after a re-index,
+    the passage of the document's current version at the quote (search.memory.passage_at); None when there is none."""
     if citation.document_id is None:
         return None
+    quoted = quoted_spans(answer, citation.number, citation.quote) if answer else []
     focus = FOCUS.search(citation.link)
-    span = (int(focus.group(1)), int(focus.group(2))) if focus else (citation.start, citation.end)
+    if quoted:
+        span = (citation.start + min(a for a, _ in quoted), citation.start + max(b for _, b in quoted))
+    else:
+        span = (int(focus.group(1)), int(focus.group(2))) if focus else (citation.start, citation.end)
     chunk = citation.chunk if citation.chunk_id is not None else None
     if chunk is None:
         chunk = memory.passage_at(citation.document_id, citation.start, citation.end)
@@ -48,7 +54,7 @@ def question_of(message: Message) -> str:
 def remember_cited(message: Message, citation: Citation | None, *, kind: str, judge: Any,
                    judgement_id: int | None = None) -> RememberedQuestion | None:
     """Remember the answer's question for the passage `citation` quotes (nothing when it has none any more)."""
-    passage = cited_passage(citation) if citation is not None else None
+    passage = cited_passage(citation, message.text) if citation is not None else None
     if passage is None:
         return None
     document_id, stable_id, span = passage

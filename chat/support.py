@@ -138,10 +138,11 @@ SPACED_MARKER = re.compile(r"\s*" + MARKER.pattern)  # "the office [1]." is the 
 QUOTED_MIN = 20  # characters: a cited sentence shorter than this is too common to place in its source
 
 
-def quoted_at(answer: str, number: int, quote: str) -> tuple[int, int] | None:
-    """Where in `quote` the first sentence of `answer` that cites [number] stands word for word, whitespace
-    aside (an extractive answer copies its sentences; a trailing "…" marks one cut short); None where no
-    such sentence is found there, as for a model's paraphrase."""
+def quoted_spans(answer: str, number: int, quote: str) -> list[tuple[int, int]]:
+    """Where in `quote` each sentence of `answer` that cites [number] stands word for word, whitespace aside (an
+    extractive answer copies its sentences; a trailing "…" marks one cut short), in the answer's order; a sentence
+    not found there, as a model's paraphrase, has none."""
+    spans = []
     for start, end in cited_sentences(answer):
         sentence = answer[start:end]
         if number not in {int(n) for n in MARKER.findall(sentence)}:
@@ -151,8 +152,14 @@ def quoted_at(answer: str, number: int, quote: str) -> tuple[int, int] | None:
             continue
         found = re.search(r"\s+".join(map(re.escape, claim.split())), quote)
         if found:
-            return found.span()
-    return None
+            spans.append(found.span())
+    return spans
+
+
+def quoted_at(answer: str, number: int, quote: str) -> tuple[int, int] | None:
+    """Where in `quote` the first sentence of `answer` that cites [number] stands (quoted_spans); None: nowhere."""
+    spans = quoted_spans(answer, number, quote)
+    return spans[0] if spans else None
 
 
 def unsupported_claims(text: str, quotes: Mapping[int, str]) -> list[UnsupportedClaim]:

@@ -12,6 +12,7 @@ import pytest
 from chat.judgements import message_judge, message_rate, message_unjudge
 from chat.models import Judgement, Message
 from chat.services import ChatError, NotFound, feedback_add
+from chat.support import quoted_spans
 from kb.library.models import Chunk, Document
 from kb.library.tasks import ingest_document
 from search.memory import passage_at
@@ -44,7 +45,6 @@ SWAP = "Damaged notebooks are exchanged at the service desk on floor 2 within on
 ASKED = "My laptop screen cracked, what should I do?"
 # Another person's words for the same need (MiniLM cosine distance to ASKED 0.25: within KB_MEMORY_DISTANCE).
 PARAPHRASE = "I dropped my laptop and the display broke, how do I get it repaired?"
-FOCUS = re.compile(r"[#&]focus=(\d+),(\d+)")
 
 
 @pytest.fixture
@@ -95,7 +95,13 @@ def link(user: Any, question: str, document: Document, sentence: str, settings: 
 # --------------------------------------------------------------------------- verdicts that remember
 
 
-def test_helpful_remembers_the_first_cited_passage_with_the_quoted_sentence(
+def quoted_range(citation: Any, quoted: list[tuple[int, int]]) -> tuple[int, int]:
+    """What answered, as offsets into the passage: from the first to the last sentence the answer quoted from it."""
+    offset = citation.start - citation.chunk.start
+    return offset + min(a for a, _ in quoted), offset + max(b for _, b in quoted)
+
+
+def test_helpful_remembers_the_first_cited_passage_with_the_sentences_it_quoted(
     shipments: Document, people: dict[str, Any], settings: Any
 ) -> None:
     answer = answered(people["carol"], EXPORT_QUESTION)
@@ -105,12 +111,12 @@ def test_helpful_remembers_the_first_cited_passage_with_the_quoted_sentence(
 
     citation = answer.citations.get(number=first_cited(answer))
     assert citation.chunk is not None
-    focus = FOCUS.search(citation.link)
-    assert focus, citation.link  # the extractive answer quotes a sentence
+    quoted = quoted_spans(answer.text, citation.number, citation.quote)
+    assert quoted, answer.text  # the extractive answer quotes its sentences word for word
     row = RememberedQuestion.objects.get()
     assert (row.kind, row.document_id, row.stable_id, row.question, row.judge, row.judgement_id, row.message_id) == (
         "helpful", shipments.pk, citation.chunk.stable_id, EXPORT_QUESTION, people["carol"], judgement.pk, answer.pk)
-    assert (row.span_start, row.span_end) == (int(focus[1]) - citation.chunk.start, int(focus[2]) - citation.chunk.start)
+    assert (row.span_start, row.span_end) == quoted_range(citation, quoted)
 
     # "Helpful" on a refusal (right not to answer) remembers nothing.
     refusal = refused(people["carol"], "What colour are the office chairs?", settings)
@@ -242,14 +248,14 @@ def test_support_confirms_a_citation_or_flags_it_as_the_wrong_source(
     sam = people["sam"]
     answer = answered(people["carol"], EXPORT_QUESTION)
     citation = answer.citations.get(number=1)
-    focus = FOCUS.search(citation.link)
+    quoted = quoted_spans(answer.text, 1, citation.quote)
     feedback_add(reviewer=sam, message=answer, kind="right_source", citation_number=1)
     row = RememberedQuestion.objects.get()
     assert (row.kind, row.judge, row.message_id, row.judgement_id, row.question) == (
         "confirmed", sam, answer.pk, None, EXPORT_QUESTION)
     assert citation.chunk is not None and row.stable_id == citation.chunk.stable_id
-    if focus:
-        assert (row.span_start, row.span_end) == (int(focus[1]) - citation.chunk.start, int(focus[2]) - citation.chunk.start)
+    if quoted:
+        assert (row.span_start, row.span_end) == quoted_range(citation, quoted)
     with pytest.raises(ChatError, match="confirms one citation"):
         feedback_add(reviewer=sam, message=answer, kind="right_source")
 
