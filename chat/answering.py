@@ -259,7 +259,8 @@ def _answered(record: AnswerRecord, *, user: Any, question: str, message: int, r
     # are chat.services', which imports this module).
     from chat import curated
 
-    nearest = curated.curated_for(user=user, vector=result.vector, first=[h.chunk_id for h in result.hits])
+    nearest = (curated.curated_for(user=user, vector=result.vector, first=[h.chunk_id for h in result.hits])
+               if not result.unknown_names else None)
     passages = curated.curated_sources(nearest.answer) if nearest else None
     if nearest and passages:
         yield from _curated(record, nearest, passages, user=user, message=message, started=started, timings=timings)

@@ -154,6 +154,9 @@ class SearchResult:
     # The remembered questions that put the first passage first: a later verdict against the answer they led to
     # forgets them (chat.judgements).
     remembered: list[int] = field(default_factory=list)
+    # Names in the question no readable passage mentions (unknown_names): no remembered question or curated answer
+    # stands for a question about something the documents never name.
+    unknown_names: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> list[Hit]:
@@ -578,7 +581,7 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
                                      default=None)
     decided_at = time.perf_counter()
     answerable = _decide(result, words=words, fused=fused, hits=hits, scored=scored, options=options,
-                         remembered=pinned is not None)
+                         remembered=pinned is not None, capitals=not any(c == "german" for c, _ in configs))
     timings["answerability"] = (time.perf_counter() - decided_at) * 1000
     # Once the question is answerable, sources may be a margin farther than the threshold (or the nearest); a passage
     # a remembered question stands for is one, however far its own words are from the question's.
@@ -600,12 +603,14 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
 
 
 def _decide(result: SearchResult, *, words: Sequence[answerability.WordStat], fused: list[Hit], hits: list[Hit],
-            scored: dict[int, tuple[float, float]], options: SearchOptions, remembered: bool = False) -> bool:
+            scored: dict[int, tuple[float, float]], options: SearchOptions, remembered: bool = False,
+            capitals: bool = True) -> bool:
     """Answer or refuse: the calibrated answerability model when one is configured, else the distance
     threshold. Records the signals (and the model's probability) on `result` for the reason and evaluation.
     Every signal is computed from chunks the user may read (`words`: counted over them), so neither the
     decision nor the confidence a refusal prints moves when restricted documents come and go. A `remembered`
-    question (a judge said a passage the user may read answers one like it) is answerable."""
+    question (a judge said a passage the user may read answers one like it) is answerable, unless it names something
+    no readable passage mentions (unknown_names; `capitals`: whether a capital marks a name in its language)."""
     if not hits or result.nearest_distance is None:
         return False
     unknown, content = answerability.unknown_words(words)
@@ -623,10 +628,20 @@ def _decide(result: SearchResult, *, words: Sequence[answerability.WordStat], fu
                                  default=1.0),
     )
     model = answerability.configured_model() if options.answerability and result.space == "english" else None
+    result.unknown_names = unknown_names(result.query, unknown) if capitals else []
+    remembered = remembered and not result.unknown_names
     if model is None:
         return remembered or result.nearest_distance <= options.threshold  # on MiniLM's scale in either space
     result.probability, result.cutoff = model.probability(result.signals), model.cutoff
     return remembered or result.probability >= model.cutoff
+
+
+def unknown_names(query: str, unknown: Sequence[str]) -> list[str]:
+    """The unknown words written as names: capitalised, and not the word that opens the question. A question like a
+    remembered one that names a place, product or person no readable passage mentions ("the per diem for Madrid",
+    next to a remembered "the daily allowance for Hamburg") is another question, which the documents do not answer."""
+    first = next(iter(WORD.findall(query)), "")
+    return [w for w in unknown if w[:1].isupper() and w != first]
 
 
 def _remembered_first(hits: list[Hit], options: SearchOptions) -> tuple[list[Hit], Hit | None]:

@@ -4,7 +4,7 @@ agrees closely enough — among the first KB_MEMORY_RANK hits and within KB_MEMO
 
 from __future__ import annotations
 
-from search.retrieval import Hit, SearchOptions, _remembered_first
+from search.retrieval import Hit, SearchOptions, _remembered_first, unknown_names
 
 OPTIONS = SearchOptions(memory_rank=3, memory_margin=0.2)
 
@@ -37,3 +37,11 @@ def test_retrieval_must_agree_a_remembered_passage_too_far_down_or_too_far_away_
     assert order(farther) == ([1, 2], None)  # 0.25 farther than the first: past memory_margin
     assert order([]) == ([], None)
     assert order([_hit(1, 0.3), _hit(2, 0.35)]) == ([1, 2], None)  # nothing remembered
+
+
+def test_a_name_no_readable_passage_mentions_is_another_question() -> None:
+    """A remembered "daily allowance for a trip to Hamburg" does not answer "the per diem for Madrid": an unknown word
+    written as a name blocks the memory's say; the word opening the question and lower-case slang do not."""
+    assert unknown_names("What is the per diem for a business trip to Madrid?", ["diem", "Madrid"]) == ["Madrid"]
+    assert unknown_names("Bookmark a row: how?", ["Bookmark"]) == []  # opens the question: not a name
+    assert unknown_names("got a really heavy pallet, can it go on top?", ["got", "heavy"]) == []
