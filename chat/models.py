@@ -341,6 +341,8 @@ class CuratedCitation(models.Model):
 
     class Meta:
         ordering = ["answer_id", "number"]
+        verbose_name = _("cited passage")
+        verbose_name_plural = _("cited passages")
         constraints = [models.UniqueConstraint(fields=["answer", "number"], name="chat_curatedcitation_answer_number")]
 
     def __str__(self) -> str:
@@ -356,6 +358,8 @@ class CuratedQuestion(models.Model):
 
     class Meta:
         ordering = ["answer_id", "pk"]
+        verbose_name = _("example question")
+        verbose_name_plural = _("example questions")
 
     def __str__(self) -> str:
         return self.text[:80]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 from pgvector.django import VectorField
 
 from kb.library.models import EMBEDDING_DIMENSIONS
@@ -80,6 +81,8 @@ class RememberedQuestion(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-pk"]
+        verbose_name = _("remembered question")
+        verbose_name_plural = _("remembered questions")
         indexes = [models.Index(fields=["document", "stable_id"], name="search_remembered_passage"),
                    models.Index(fields=["judge", "created_at"], name="search_remembered_judge")]
         constraints = [models.UniqueConstraint(fields=["message_id", "document", "stable_id"],
@@ -111,8 +114,8 @@ class RetrievalAdjustment(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-pk"]
-        verbose_name = "boost or hide"
-        verbose_name_plural = "boosts and hides"
+        verbose_name = _("boost or hide")
+        verbose_name_plural = _("boosts and hides")
         indexes = [models.Index(fields=["document", "stable_id"], condition=models.Q(revoked_at__isnull=True),
                                 name="search_adjustment_active")]
 

@@ -46,6 +46,8 @@ class Migration(migrations.Migration):
                 ('quote', models.TextField(help_text="Exactly the document's text at [start:end] when approved")),
             ],
             options={
+                'verbose_name': 'cited passage',
+                'verbose_name_plural': 'cited passages',
                 'ordering': ['answer_id', 'number'],
             },
         ),
@@ -57,6 +59,8 @@ class Migration(migrations.Migration):
                 ('embedding', pgvector.django.vector.VectorField(dimensions=384)),
             ],
             options={
+                'verbose_name': 'example question',
+                'verbose_name_plural': 'example questions',
                 'ordering': ['answer_id', 'pk'],
             },
         ),

@@ -32,6 +32,8 @@ class Migration(migrations.Migration):
                 ('judge', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
             ],
             options={
+                'verbose_name': 'remembered question',
+                'verbose_name_plural': 'remembered questions',
                 'ordering': ['-created_at', '-pk'],
                 'indexes': [models.Index(fields=['document', 'stable_id'], name='search_remembered_passage'), models.Index(fields=['judge', 'created_at'], name='search_remembered_judge')],
                 'constraints': [models.UniqueConstraint(fields=('message_id', 'document', 'stable_id'), name='search_remembered_message_passage')],
