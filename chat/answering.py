@@ -31,7 +31,7 @@ from kb.library.access import visible_documents
 from kb.library.models import Chunk, Document
 from kb.library.viewer import page_in
 from kb.text.sentences import INTRODUCES, introduced
-from search.retrieval import Hit, SearchOptions, SearchResult, hybrid_search, reassemble
+from search.retrieval import Hit, SearchOptions, SearchResult, hybrid_search, names_missing, reassemble
 
 if TYPE_CHECKING:
     from chat.curated import CuratedMatch, CuratedSource
@@ -259,10 +259,9 @@ def _answered(record: AnswerRecord, *, user: Any, question: str, message: int, r
     # are chat.services', which imports this module).
     from chat import curated
 
-    nearest = (curated.curated_for(user=user, vector=result.vector, first=[h.chunk_id for h in result.hits])
-               if not result.unknown_names else None)
+    nearest = curated.curated_for(user=user, vector=result.vector, first=[h.chunk_id for h in result.hits])
     passages = curated.curated_sources(nearest.answer) if nearest else None
-    if nearest and passages:
+    if nearest and passages and not names_missing(result.unknown_names, [p.chunk.content for p in passages]):
         yield from _curated(record, nearest, passages, user=user, message=message, started=started, timings=timings)
         return
     if not result.answerable:

@@ -629,7 +629,7 @@ def _decide(result: SearchResult, *, words: Sequence[answerability.WordStat], fu
     )
     model = answerability.configured_model() if options.answerability and result.space == "english" else None
     result.unknown_names = unknown_names(result.query, unknown) if capitals else []
-    remembered = remembered and not result.unknown_names
+    remembered = remembered and not names_missing(result.unknown_names, [hits[0].content])
     if model is None:
         return remembered or result.nearest_distance <= options.threshold  # on MiniLM's scale in either space
     result.probability, result.cutoff = model.probability(result.signals), model.cutoff
@@ -642,6 +642,13 @@ def unknown_names(query: str, unknown: Sequence[str]) -> list[str]:
     next to a remembered "the daily allowance for Hamburg") is another question, which the documents do not answer."""
     first = next(iter(WORD.findall(query)), "")
     return [w for w in unknown if w[:1].isupper() and w != first]
+
+
+def names_missing(names: Sequence[str], texts: Sequence[str]) -> list[str]:
+    """The `names` (unknown_names) none of `texts` mentions: the passages that would answer, read directly, so that a
+    document indexed since the word statistics were last refreshed counts."""
+    folded = [" ".join(text.split()).casefold() for text in texts]
+    return [name for name in names if not any(name.casefold() in text for text in folded)]
 
 
 def _remembered_first(hits: list[Hit], options: SearchOptions) -> tuple[list[Hit], Hit | None]:

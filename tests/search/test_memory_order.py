@@ -4,7 +4,7 @@ agrees closely enough — among the first KB_MEMORY_RANK hits and within KB_MEMO
 
 from __future__ import annotations
 
-from search.retrieval import Hit, SearchOptions, _remembered_first, unknown_names
+from search.retrieval import Hit, SearchOptions, _remembered_first, names_missing, unknown_names
 
 OPTIONS = SearchOptions(memory_rank=3, memory_margin=0.2)
 
@@ -45,3 +45,11 @@ def test_a_name_no_readable_passage_mentions_is_another_question() -> None:
     assert unknown_names("What is the per diem for a business trip to Madrid?", ["diem", "Madrid"]) == ["Madrid"]
     assert unknown_names("Bookmark a row: how?", ["Bookmark"]) == []  # opens the question: not a name
     assert unknown_names("got a really heavy pallet, can it go on top?", ["got", "heavy"]) == []
+
+
+def test_a_name_the_answering_passage_mentions_is_not_missing_whatever_the_statistics_say() -> None:
+    """Word statistics lag a new document until their refresh: the passage that would answer is read directly."""
+    passage = "The daily allowance for a trip to Hamburg is 24 EUR;   the hotel cap is 130 EUR."
+    assert names_missing(["Madrid"], [passage]) == ["Madrid"]
+    assert names_missing(["hamburg", "Madrid"], ["nothing", passage]) == ["Madrid"]
+    assert names_missing([], [passage]) == []

@@ -29,6 +29,7 @@ def test_an_employees_should_have_answered_verdict_reaches_the_admins_content_ga
 
     page = open_page(people["carol"])
     page.goto(f"/?c={refusal.conversation_id}")
+    page.wait_for_selector("#ask[data-state=connected]")  # the turn is drawn again from the socket's replay
     page.get_by_role("group", name="Judge this refusal").get_by_role("button", name="Not helpful").click()
     page.get_by_role("button", name="Send feedback").click()
     page.locator('.turn-rating button[data-thumb="down"][aria-pressed="true"]').wait_for()

@@ -40,6 +40,7 @@ def test_alice_picks_the_passage_for_her_refused_question_and_bob_asking_otherwi
     page.context.add_init_script(AXE_SCRIPT)
     # On the Ask page: thumbs down on the refusal, "The documents do answer this" with her words, then where.
     page.goto(f"/?c={refusal.conversation_id}")
+    page.wait_for_selector("#ask[data-state=connected]")  # the turn is drawn again from the socket's replay
     feedback = page.locator(".turn-feedback").last
     feedback.get_by_role("button", name="Not helpful").click()
     feedback.get_by_label("Anything else? (optional)").fill("It is in the handbook")
