@@ -241,7 +241,7 @@ def _curated(record: AnswerRecord, matched: CuratedMatch, passages: Sequence[Cur
         "match_signals": {"similarity": round(1 - matched.distance, 4), "gap": None},
         "html": render_html(answer.text, {s.number: s for s in cited}), "intent": record.intent, "backend": CURATED,
         "model": "", "notice": "", "timings": timings, "withheld": False, "unsupported": [],
-        "curated": cast(CuratedPayload, curated.curated_payload(answer)),
+        "curated": cast(CuratedPayload, curated.curated_payload(answer, question=matched.question)),
     }
 
 

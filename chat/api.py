@@ -96,7 +96,8 @@ class MessageOut(Schema):
                                    "answer it: the page says so), or empty for a refusal, a failure or an older answer")
     timings: TimingsOut
     curated: CuratedPayload | None = Field(description="With match \"curated\": support's curated answer it is, by "
-                                                       "whom, approved when, and support's own statement")
+                                                       "whom, approved when, support's own statement and the "
+                                                       "question support answered")
     citations: list[CitationPayload]
     restricted_citations: list[int]
     unsupported: list[UnsupportedClaimOut]

@@ -333,13 +333,20 @@ def display_name(user: Any) -> str:
     return str(user.get_full_name() or user.get_username())
 
 
-def curated_payload(answer: CuratedAnswer | None) -> dict[str, Any]:
-    """What the reader is told of a curated answer: by whom, approved when, and support's own statement."""
+def curated_payload(answer: CuratedAnswer | None, *, question: str = "",
+                    vector: np.ndarray | Sequence[float] | None = None) -> dict[str, Any]:
+    """What the reader is told of a curated answer: by whom, approved when, support's own statement, and the question
+    support answered (`question`, or the example nearest the asker's `vector` on replay): a neighbouring question
+    whose answer sits in the same passage can be matched, and the reader sees which one was answered."""
     if answer is None:  # deleted since it was served
-        return {"by": gettext("support"), "approved_at": None, "statement": ""}
+        return {"by": gettext("support"), "approved_at": None, "statement": "", "question": ""}
+    if not question and vector is not None:
+        nearest = (answer.questions.annotate(distance=CosineDistance("embedding", list(map(float, vector))))
+                   .order_by("distance", "pk").first())
+        question = nearest.text if nearest else ""
     return {"by": display_name(answer.created_by),
             "approved_at": answer.approved_at.isoformat() if answer.approved_at else None,
-            "statement": answer.statement}
+            "statement": answer.statement, "question": question}
 
 
 # --------------------------------------------------------------------------- staleness

@@ -142,6 +142,7 @@ class CuratedPayload(TypedDict):
     by: str
     approved_at: str | None  # ISO 8601
     statement: str
+    question: str  # the example question support answered, nearest the asker's
 
 
 class DoneEvent(TypedDict):

@@ -227,7 +227,7 @@ def message_events(view: MessageView) -> list[Event]:
     if m.match == "curated" and not view.withheld:
         from chat.curated import curated_payload  # chat.curated reads this module
 
-        done["curated"] = cast(CuratedPayload, curated_payload(m.curated))
+        done["curated"] = cast(CuratedPayload, curated_payload(m.curated, vector=m.query_vector))
     return [*text, {"type": "citations", "message": m.pk, "citations": view.citations}, done]
 
 

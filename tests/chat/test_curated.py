@@ -109,7 +109,7 @@ def test_an_approved_answer_reaches_a_question_in_other_words_and_a_draft_does_n
     done, citations = events[-1], events[-2]["citations"]
     assert done["match"] == "curated" and done["backend"] == "curated" and done["text"] == answer.text
     assert "".join(e["text"] for e in events if e["type"] == "token") == answer.text
-    assert done["curated"]["by"] == "sam" and done["curated"]["approved_at"]
+    assert done["curated"]["by"] == "sam" and done["curated"]["approved_at"] and done["curated"]["question"] == EXAMPLE
     assert [c["quote"] for c in citations] == [SENTENCE]
     shipments = corpus["shipments"]
     assert citations[0]["link"].startswith(f"/documents/{shipments.pk}/#char={span(shipments, SENTENCE)[1]},")
@@ -144,6 +144,7 @@ def test_a_served_answer_is_stored_as_curated_and_replayed_with_its_badge(
     assert message.source_documents == [corpus["shipments"].pk] and message.total_ms is not None
     done = conversation_replay(asked.conversation, viewer=people["carol"])[-1]
     assert done["type"] == "done" and done.get("curated", {}).get("statement") == "There is no Excel export."
+    assert done["curated"]["question"] == EXAMPLE  # on replay: the example nearest the asker's question
 
 
 def test_one_unreadable_passage_withholds_the_whole_answer(corpus: dict[str, Document], people: dict[str, Any]) -> None:

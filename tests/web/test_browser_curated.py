@@ -83,10 +83,13 @@ def test_sam_curates_from_a_gap_carol_receives_it_and_a_changed_passage_makes_it
     statement = turn.get_by_role("complementary", name="Support's statement")
     assert "There is no Excel export" in statement.inner_text() and "[1]" not in statement.inner_text()
     assert turn.locator(".source-item").count() == 1
+    answered_question = turn.locator(".curated-question").inner_text()  # the question support answered, not carol's
+    assert answered_question.startswith("Support's answer to:") and TABS_QUESTION in answered_question, answered_question
     screenshot(page, "curated-answer")
     page.reload()  # the replay shows the same
     page.wait_for_function("() => window.__kbAsk.events.filter(e => e === 'done').length >= 1")
     assert page.locator("#answer .turn").last.locator(".backend-badge").inner_text() == badge
+    assert page.locator("#answer .turn").last.locator(".curated-question").inner_text() == answered_question
 
     # The document again, with the cited passage changed: indexed as a worker indexes it.
     data = SHIPMENTS.replace(SENTENCE, CHANGED).encode()

@@ -295,6 +295,14 @@
   function statementView(turn, curated) {
     var old = turn.node.querySelector(".curated-statement");
     if (old) old.remove();
+    var asked = turn.node.querySelector(".curated-question");
+    if (asked) asked.remove();
+    // The question support answered: a neighbouring question can be matched, and the reader judges whether it is theirs.
+    if (curated && curated.question) {
+      var line = el("p", "curated-question muted", gettext("Support's answer to:") + " ");
+      line.appendChild(el("q", "", curated.question));
+      turn.body.insertBefore(line, turn.body.firstChild);
+    }
     if (!curated || !curated.statement) return;
     var box = el("aside", "curated-statement");
     box.setAttribute("aria-label", gettext("Support's statement"));
