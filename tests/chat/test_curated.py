@@ -123,6 +123,7 @@ def test_a_looser_match_is_served_only_where_retrieval_agrees(
     curated answer needs one of its passages first in retrieval's order; another passage first, and it is not served."""
     vector, _ = embedding.embed_query("Can I download shipments as a spreadsheet?")
     cited = approved.citations.get()
+    assert cited.document_id is not None
     passage = Chunk.objects.get(document_id=cited.document_id, stable_id=cited.stable_id)
     other = Chunk.objects.filter(document=corpus["shipments"]).exclude(pk=passage.pk).first()
     assert other is not None
