@@ -197,6 +197,8 @@ if not 0 < KB_VERDICT_MAX_JUDGE_SHARE <= 1:
 # KB_MEMORY_MARGIN farther than the first; the list of remembered questions reaches KB_MEMORY_REACH and is fused with
 # the others at KB_SEARCH_WEIGHT_REMEMBERED (docs/LEARNING.md: chosen with bench/learn_from_use.py)
 KB_MEMORY_DISTANCE = env_float("KB_MEMORY_DISTANCE", 0.55)
+# The same for a question in another language than English: MiniLM finds such questions nearer to one another
+KB_MEMORY_DISTANCE_OTHER = env_float("KB_MEMORY_DISTANCE_OTHER", 0.35)
 KB_MEMORY_RANK = env_int("KB_MEMORY_RANK", 3, minimum=1)  # how far down retrieval's order a remembered passage may be
 KB_MEMORY_MARGIN = env_float("KB_MEMORY_MARGIN", 0.2)  # how much farther than the first passage it may be
 KB_MEMORY_REACH = env_float("KB_MEMORY_REACH", 0.6)  # farthest remembered question that ranks in the fusion

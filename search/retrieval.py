@@ -89,6 +89,9 @@ class SearchOptions:
     # passage is among the first `memory_rank` hits and within `memory_margin` of the first one's distance.
     memory: bool = True
     memory_distance: float = field(default_factory=lambda: settings.KB_MEMORY_DISTANCE)
+    # ...for a question in another language than English: MiniLM reads it less well, and finds its questions nearer
+    # to one another (docs/LEARNING.md)
+    memory_distance_other: float = field(default_factory=lambda: settings.KB_MEMORY_DISTANCE_OTHER)
     memory_rank: int = field(default_factory=lambda: settings.KB_MEMORY_RANK)
     memory_margin: float = field(default_factory=lambda: settings.KB_MEMORY_MARGIN)
     memory_reach: float = field(default_factory=lambda: settings.KB_MEMORY_REACH)
@@ -540,6 +543,7 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     vectors: dict[int, np.ndarray] = {}
     texts: dict[int, str] = {}
     hits: list[Hit] = []
+    remembers = options.memory_distance if _in_english(query) else options.memory_distance_other
     for row in rows:
         if row["embedding_model"] != model or row["adjustment"] == "hide":
             continue
@@ -555,7 +559,7 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
                         remembered_distance=None if near is None else float(near), boosted=boosted,
                         remembered=tuple(i for i, d in zip(row["remembered_questions"] or (),
                                                            row["remembered_question_distances"] or (), strict=True)
-                                         if d <= options.memory_distance)))
+                                         if d <= remembers)))
     if mvector is not None:
         hits = _fuse_spaces(hits, options)
     hits.sort(key=lambda h: (-h.score, h.distance, h.chunk_id))
@@ -634,6 +638,12 @@ def _decide(result: SearchResult, *, words: Sequence[answerability.WordStat], fu
         return remembered or result.nearest_distance <= options.threshold  # on MiniLM's scale in either space
     result.probability, result.cutoff = model.probability(result.signals), model.cutoff
     return remembered or result.probability >= model.cutoff
+
+
+def _in_english(query: str) -> bool:
+    """Whether the question reads as English most probably (kb.text.language's detection)."""
+    ranked = language.probabilities(query)
+    return bool(ranked) and max(ranked, key=ranked.__getitem__) == "en"
 
 
 def unknown_names(query: str, unknown: Sequence[str]) -> list[str]:

@@ -4,7 +4,7 @@ agrees closely enough — among the first KB_MEMORY_RANK hits and within KB_MEMO
 
 from __future__ import annotations
 
-from search.retrieval import Hit, SearchOptions, _remembered_first, names_missing, unknown_names
+from search.retrieval import Hit, SearchOptions, _in_english, _remembered_first, names_missing, unknown_names
 
 OPTIONS = SearchOptions(memory_rank=3, memory_margin=0.2)
 
@@ -53,3 +53,11 @@ def test_a_name_the_answering_passage_mentions_is_not_missing_whatever_the_stati
     assert names_missing(["Madrid"], [passage]) == ["Madrid"]
     assert names_missing(["hamburg", "Madrid"], ["nothing", passage]) == ["Madrid"]
     assert names_missing([], [passage]) == []
+
+
+def test_a_question_in_another_language_is_held_to_the_stricter_distance() -> None:
+    """MiniLM finds questions in other languages nearer to one another: they are held to KB_MEMORY_DISTANCE_OTHER."""
+    assert _in_english("My laptop screen cracked, what should I do?")
+    assert not _in_english("Que fait la commande « Enlever les fichiers périmés » du menu Actions ?")
+    assert not _in_english("Jak zgłosić uszkodzony ekran laptopa?")
+    assert OPTIONS.memory_distance_other < OPTIONS.memory_distance
