@@ -153,7 +153,6 @@ class SearchResult:
     cutoff: float | None = None
     vector: np.ndarray | None = None  # the query's embedding: stored with the answer for content-gap topics
     space: str = "english"  # the nearest passage's space: whose signals decide answer or refuse
-    remembered_distance: float | None = None  # the nearest remembered question's, among passages the user may read
     # The remembered questions that put the first passage first: a later verdict against the answer they led to
     # forgets them (chat.judgements).
     remembered: list[int] = field(default_factory=list)
@@ -451,6 +450,11 @@ def _english_scale(distance: float, options: SearchOptions) -> float:
     return options.multilingual_offset + options.multilingual_scale * distance
 
 
+def _boost_vote(boosted: bool, options: SearchOptions) -> float:
+    """A boosted passage (search.adjustments) counts in the fusion as if one more list ranked it first."""
+    return 1 / (options.rrf_k + 1) if boosted else 0.0
+
+
 LISTS_JUDGED = ("dense", "lexical", "multilingual")  # the lists a fusion may leave out (identifiers are exact)
 JUDGED_TOP = 3  # a list says something when one of its first this many passages is near the nearest
 
@@ -474,7 +478,7 @@ def _fuse_spaces(hits: list[Hit], options: SearchOptions) -> list[Hit]:
         if best is not None and best - nearest > options.multilingual_margin:
             weights[name] = 0.0
     return [replace(h, score=sum(weights[name] / (options.rrf_k + rank) for name, rank in h.ranks.items())
-                    + (1 / (options.rrf_k + 1) if h.boosted else 0.0)) for h in placed]
+                    + _boost_vote(h.boosted, options)) for h in placed]
 
 
 def _late_rerank(hits: list[Hit], scored: dict[int, tuple[float, float]], *, depth: int, weight: float,
@@ -553,7 +557,7 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
         other, near = row["multilingual_distance"], row["remembered_distance"]
         boosted = row["adjustment"] == "boost"
         hits.append(Hit(**{name: row[name] for name in _HIT_COLUMNS}, distance=float(row["distance"]),
-                        score=float(row["rrf"]) + (1 / (options.rrf_k + 1) if boosted else 0.0), ranks=ranks,
+                        score=float(row["rrf"]) + _boost_vote(boosted, options), ranks=ranks,
                         multilingual_distance=None if other is None else float(other),
                         space="english" if other is None or row["chunk_language"] == "en" else "multilingual",
                         remembered_distance=None if near is None else float(near), boosted=boosted,
@@ -581,8 +585,6 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
         scored = _late_signals(query, pieces, hits[: answerability.DEPTH], texts, words)
     hits, pinned = _remembered_first(hits, options)
     result.remembered = list(pinned.remembered) if pinned else []
-    result.remembered_distance = min((h.remembered_distance for h in hits if h.remembered_distance is not None),
-                                     default=None)
     decided_at = time.perf_counter()
     answerable = _decide(result, words=words, fused=fused, hits=hits, scored=scored, options=options,
                          remembered=pinned is not None, capitals=not any(c == "german" for c, _ in configs))
