@@ -46,8 +46,8 @@ def answer_shape(answer: Message) -> tuple[Any, ...]:
 
 def search_shape(user: Any, query: str, options: SearchOptions | None = None) -> tuple[Any, ...]:
     result = hybrid_search(user=user, query=query, options=options)
-    return (result.answerable, result.nearest_distance, result.probability, result.remembered_distance,
-            result.remembered, [(h.chunk_id, h.distance, h.score, h.passed, h.remembered) for h in result.hits])
+    return (result.answerable, result.nearest_distance, result.probability, result.remembered,
+            [(h.chunk_id, h.distance, h.score, h.passed, h.remembered, h.remembered_distance) for h in result.hits])
 
 
 def api_search(client: Client, query: str) -> Any:
