@@ -64,6 +64,15 @@ class Source(models.Model):
     # A token or password for the location (kb.library.sources.secrets): written by the API, never shown back or
     # logged; a KB_SOURCE_<NAME>_TOKEN(_FILE) setting takes precedence. Dropped when the location changes.
     secret = models.CharField(max_length=2000, blank=True, editable=False)
+    # Git: the secret a forge signs its push webhooks with (kb.library.sources.webhooks), write-only as `secret`;
+    # a KB_SOURCE_<NAME>_WEBHOOK_SECRET(_FILE) setting takes precedence. Empty: pushes are refused.
+    webhook_secret = models.CharField(max_length=2000, blank=True, editable=False)
+    watch = models.BooleanField(
+        default=False, help_text="Folder: watch the directory and sync a few seconds after a file is saved"
+    )
+    # The last verified push webhook or watched save that started a run (the schedule stays the safety net).
+    last_push_at = models.DateTimeField(null=True, blank=True)
+    last_push_origin = models.CharField(max_length=16, blank=True)
 
     # The last run, as the admin and `manage.py source list` show it; while it runs, its progress so far.
     last_status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.NEVER, blank=True)
@@ -94,6 +103,32 @@ class Source(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class SourcePush(models.Model):
+    """A verified push webhook (or watched save) that started a sync, kept for the replay window: the same
+    signed delivery seen twice is refused, and the admin shows a source's pushes."""
+
+    class Origin(models.TextChoices):
+        GITHUB = "github", "GitHub"
+        GITLAB = "gitlab", "GitLab"
+        GITEA = "gitea", "Gitea"
+        WATCH = "watch", _("Watched folder")
+
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="pushes")
+    origin = models.CharField(max_length=16, choices=Origin.choices)
+    # What makes a delivery itself: the SHA-256 of its signed body (a watched save: of its paths and time).
+    digest = models.CharField(max_length=64)
+    received_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["source_id", "-received_at"]
+        constraints = [models.UniqueConstraint(fields=["source", "digest"], name="kb_source_push_digest")]
+        verbose_name = _("source push")
+        verbose_name_plural = _("source pushes")
+
+    def __str__(self) -> str:
+        return f"{self.source_id}:{self.origin}@{self.received_at:%Y-%m-%d %H:%M:%S}"
 
 
 class SourceChange(models.Model):
