@@ -20,6 +20,7 @@ from django.utils.translation import gettext, gettext_noop
 from accounts.acl import is_active_user
 from accounts.language import language_for
 from chat import conf, remembering
+from chat.answer_counters import answer_finished
 from chat.answering import AnswerRecord, answer_stream
 from chat.events import CitationPayload, Event, publish
 from chat.models import Citation, Conversation, Feedback, Message
@@ -199,6 +200,7 @@ class _Writer:
     def finish(self, event: Event, **fields: Any) -> None:
         fields.setdefault("finished_at", timezone.now())
         self.update(**fields)
+        answer_finished(fields["status"], first_token_ms=fields.get("first_token_ms"), total_ms=fields.get("total_ms"))
         self.send(event)
 
 
@@ -313,6 +315,7 @@ def _fail_lost(pk: int, conversation_id: int, status: str, *, reason: str, now: 
     if not Message.objects.filter(pk=pk, status=status).update(status=Message.Status.FAILED,
                                                                error=f"{reason}: {told}", finished_at=now):
         return False
+    answer_finished(Message.Status.FAILED)
     publish(conversation_id, {"type": "error", "error": told, "message": pk})
     return True
 

@@ -1,20 +1,29 @@
 """Prometheus /metrics (kb.metrics): off by default, a bearer token or client networks to scrape, and
 figures read from the real database and Redis: a real ingested document, a synced folder source with
-a broken file, and a real answered and a refused question."""
+a broken file, and a real answered and a refused question. The answer figures are Redis counters bumped as
+each answer finishes: a scrape reads no stored answer, however many there are."""
 
 from __future__ import annotations
 
+import multiprocessing
+from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 from django.conf import settings as django_settings
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from accounts.client_address import proxy_networks
-from chat.models import Message
+from chat import answer_counters
+from chat.models import Conversation, Message
+from chat.services import answers_expire, question_ask
 from kb.library.models import Folder, Source
 from kb.library.sources.sync import source_sync
 from tests.chat.conftest import EXPORT_QUESTION, OOD_QUESTION, SHIPMENTS
@@ -22,9 +31,17 @@ from tests.chat.test_api import answered
 from tests.factories import ingested_document
 
 TOKEN = "metrics-token-7f3a"
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def scraped(client: Client, **headers: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+@pytest.fixture(autouse=True)
+def _counters_from_zero() -> Iterator[None]:
+    """Earlier tests' answers were counted in the same hash (Redis outlives a test's rolled-back rows)."""
+    redis.Redis.from_url(django_settings.REDIS_URL).delete(answer_counters.answers_key())
+    yield
+
+
+def scraped(client: Client, **headers: Any) -> Samples:
     """The samples of a scrape as {(name, sorted labels): value}."""
     response = client.get("/metrics", **headers)
     assert response.status_code == 200, response.content
@@ -131,3 +148,97 @@ def test_the_figures_come_from_documents_sources_queues_and_answers(
     assert not any("shipments" in str(key).lower() for key in samples), "no document titles in labels"
     assert {"kb_source_index_lag_seconds", "kb_queue_depth", "kb_documents", "kb_ingest_chunks_per_second",
             "kb_answer_latency_seconds_bucket", "kb_answers_total"} <= names
+
+
+def bucket(samples: Samples, phase: str, bound: str) -> float:
+    return samples[("kb_answer_latency_seconds_bucket", (("le", bound), ("phase", phase)))]
+
+
+@pytest.mark.django_db
+def test_a_finished_answer_is_counted_in_the_first_bucket_that_holds_it(client: Client, settings: Any) -> None:
+    """A bound is inclusive (Prometheus's le), a time over the last bound is only in +Inf, and an answer with no
+    times (failed before its first token) is counted by outcome and in no phase."""
+    settings.KB_METRICS_TOKEN, settings.KB_METRICS_NETWORKS = TOKEN, []
+    answer_counters.answer_finished(Message.Status.DONE, first_token_ms=100.0, total_ms=60_000.5)
+    answer_counters.answer_finished(Message.Status.REFUSED, first_token_ms=100.5, total_ms=2_000.0)
+    answer_counters.answer_finished(Message.Status.FAILED)
+    samples = scraped(client, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert [samples[("kb_answers_total", (("outcome", o),))] for o in ("answered", "refused", "failed")] == [1, 1, 1]
+    assert [bucket(samples, "first_token", b) for b in ("0.1", "0.25", "+Inf")] == [1, 2, 2]
+    assert [bucket(samples, "total", b) for b in ("1.0", "2.0", "60.0", "+Inf")] == [0, 1, 1, 2]
+    assert samples[("kb_answer_latency_seconds_count", (("phase", "total"),))] == 2
+    assert samples[("kb_answer_latency_seconds_sum", (("phase", "total"),))] == pytest.approx(62.0005)
+    assert samples[("kb_answer_latency_seconds_sum", (("phase", "first_token"),))] == pytest.approx(0.2005)
+
+
+@pytest.mark.django_db
+def test_an_answer_failed_for_its_lost_job_is_counted(client: Client, settings: Any, people: dict[str, Any]) -> None:
+    """The other way an answer finishes: the sweeper fails one whose lease ran out (chat.services._fail_lost)."""
+    settings.KB_METRICS_TOKEN, settings.KB_METRICS_NETWORKS = TOKEN, []
+    asked = question_ask(user=people["alice"], question="Where is the visitor car park?", enqueue=False)
+    Message.objects.filter(pk=asked.answer.pk).update(created_at=timezone.now() - timedelta(days=1))
+    assert answers_expire() == 1
+    samples = scraped(client, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert samples[("kb_answers_total", (("outcome", "failed"),))] == 1
+    assert samples[("kb_answer_latency_seconds_count", (("phase", "total"),))] == 0
+
+
+def _finish_answers(n: int) -> None:
+    for i in range(n):
+        answer_counters.answer_finished(Message.Status.DONE, first_token_ms=200.0 + i, total_ms=1_500.0)
+
+
+@pytest.mark.django_db
+def test_processes_finishing_answers_at_once_lose_no_count(client: Client, settings: Any) -> None:
+    """Web processes and workers all count into the one hash, and the counts outlive the processes."""
+    settings.KB_METRICS_TOKEN, settings.KB_METRICS_NETWORKS = TOKEN, []
+    fork = multiprocessing.get_context("fork")
+    processes = [fork.Process(target=_finish_answers, args=(250,)) for _ in range(4)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(60)
+        assert process.exitcode == 0
+    samples = scraped(client, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert samples[("kb_answers_total", (("outcome", "answered"),))] == 1000
+    assert bucket(samples, "first_token", "0.25") == 4 * 51 and bucket(samples, "first_token", "0.5") == 1000
+    assert bucket(samples, "total", "1.0") == 0 and bucket(samples, "total", "2.0") == 1000
+    assert connection.settings_dict["NAME"] in answer_counters.answers_key()  # a scratch database counts apart
+
+
+@pytest.mark.django_db
+def test_a_scrape_reads_no_stored_answer_however_many_there_are(
+    client: Client, settings: Any, people: dict[str, Any]
+) -> None:
+    settings.KB_METRICS_TOKEN, settings.KB_METRICS_NETWORKS = TOKEN, []
+
+    def scrape_queries() -> list[str]:
+        with CaptureQueriesContext(connection) as queries:
+            scraped(client, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+        return [query["sql"] for query in queries]
+
+    few = scrape_queries()
+    conversation = Conversation.objects.create(owner=people["alice"], title="many")
+    Message.objects.bulk_create(
+        Message(conversation=conversation, role=Message.Role.ASSISTANT, status=Message.Status.DONE,
+                first_token_ms=300.0, total_ms=900.0, finished_at=timezone.now()) for _ in range(2000))
+    many = scrape_queries()
+    assert len(many) == len(few)
+    assert not [sql for sql in many if "chat_message" in sql], "a scrape must not read the stored answers"
+
+
+@pytest.mark.django_db
+def test_without_redis_the_answer_figures_are_left_out_and_answers_still_finish(
+    client: Client, settings: Any
+) -> None:
+    settings.KB_METRICS_TOKEN, settings.KB_METRICS_NETWORKS = TOKEN, []
+    settings.REDIS_URL = settings.CELERY_BROKER_URL = "redis://127.0.0.1:9/0"  # the discard port: nothing listens
+    answer_counters._redis.cache_clear()
+    try:
+        answer_counters.answer_finished(Message.Status.DONE, first_token_ms=100.0, total_ms=200.0)  # logs, does not raise
+        samples = scraped(client, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    finally:
+        answer_counters._redis.cache_clear()
+    names = {name for name, _ in samples}
+    assert "kb_documents" in names
+    assert not names & {"kb_answers_total", "kb_answer_latency_seconds_count", "kb_queue_depth"}
