@@ -9,6 +9,9 @@ access. A source's token or password is written as `secret` and never shown back
 whether one is set), never part of its location (kb.library.sources.git refuses one there), and a location is shown with any
 `user@` part of a URL redacted. Tokens need `documents:read` to read and
 `documents:write` to change anything.
+
+`POST /api/sources/<id>/webhook` is the one endpoint without a session or token: a forge's push webhook, believed
+only when signed with the source's webhook secret (kb.library.sources.webhooks; 401 with the reason otherwise).
 """
 
 from __future__ import annotations
@@ -31,9 +34,16 @@ from kb.api_contract import ANY, BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, Stri
 from kb.library.access import folders_readable, staff_may
 from kb.library.models import Folder, Source
 from kb.library.sources.git import redact
-from kb.library.sources.secrets import secret_state
+from kb.library.sources.secrets import WEBHOOK, secret_state
 from kb.library.sources.selectors import SourceLag, sources_lag
 from kb.library.sources.services import parse_every, source_change, source_create, source_remove
+from kb.library.sources.webhooks import (
+    QueueUnavailable,
+    WebhookRefused,
+    webhook_path,
+    webhook_receive,
+    webhook_secret_set,
+)
 
 READ, WRITE = api_auth(Scope.DOCUMENTS_READ), api_auth(Scope.DOCUMENTS_WRITE)
 sources = Router(tags=["sources"])
@@ -43,6 +53,9 @@ GLOB = Field(min_length=1, max_length=500, pattern=NO_NUL)
 CREDENTIAL_HELP = ("A token or password for the location (git over https, a site), sent only to it; write-only: "
                       "never shown back, and dropped when the location changes. The KB_SOURCE_<NAME>_TOKEN setting "
                       "(or its _FILE) takes precedence")
+WEBHOOK_HELP = ("Git: the secret a forge signs its push webhooks with (GitHub, Gitea: the webhook's secret; GitLab: "
+                "its secret token); write-only. The KB_SOURCE_<NAME>_WEBHOOK_SECRET setting (or its _FILE) takes "
+                "precedence. Without one, pushes are refused")
 
 
 # --------------------------------------------------------------------------- schemas
@@ -71,6 +84,8 @@ class SourceIn(StrictIn):
                                 "of the source's documents waits for a confirmed run", examples=[0.5])
     secret: str = Field(default="", max_length=2000, pattern=NO_NUL, description=CREDENTIAL_HELP,
                         examples=["glpat-XXXXXXXXXXXXXXXXXXXX"], json_schema_extra={"writeOnly": True})
+    webhook_secret: str = Field(default="", max_length=2000, pattern=NO_NUL, description=WEBHOOK_HELP,
+                                examples=["Zk3t9V0w0n3v8rW1m7qQxq"], json_schema_extra={"writeOnly": True})
 
 
 class SourceChangeIn(StrictIn):
@@ -89,6 +104,9 @@ class SourceChangeIn(StrictIn):
     secret: str | None = Field(default=None, max_length=2000, pattern=NO_NUL,
                                description=CREDENTIAL_HELP + "; an empty string removes it",
                                examples=["glpat-XXXXXXXXXXXXXXXXXXXX"], json_schema_extra={"writeOnly": True})
+    webhook_secret: str | None = Field(default=None, max_length=2000, pattern=NO_NUL,
+                                       description=WEBHOOK_HELP + "; an empty string removes it",
+                                       examples=["Zk3t9V0w0n3v8rW1m7qQxq"], json_schema_extra={"writeOnly": True})
 
 
 class RunOut(Schema):
@@ -132,6 +150,17 @@ class LagOut(Schema):
     listed_at: datetime | None = Field(description="When a run last listed the source")
 
 
+class WebhookStateOut(Schema):
+    """A Git source's push webhook (docs/SOURCES.md, "Push webhooks")."""
+
+    path: str = Field(description="Where a forge posts pushes, on this server's address",
+                      examples=["/api/sources/7/webhook"])
+    state: str = Field(description="Whether a webhook secret is set, and by what; never the value",
+                        examples=["not set", "set", "set by KB_SOURCE_HANDBOOK_WEBHOOK_SECRET"])
+    last_push_at: datetime | None = Field(description="When the last verified push (or watched save) came")
+    last_push_origin: str = Field(description="Who sent it: github, gitlab, gitea or watch", examples=["github"])
+
+
 class SourceOut(Schema):
     id: int = Field(examples=[7])
     name: str = Field(examples=["handbook"])
@@ -152,11 +181,19 @@ class SourceOut(Schema):
     last_run: RunOut
     last_success_at: datetime | None = Field(description="When a run last ended ok")
     index_lag: LagOut
+    webhook: WebhookStateOut
     created_at: datetime
 
 
 class SourceFilter(Schema):
     keep_documents: bool = Field(default=False, description="Keep its documents in the folder as ordinary documents")
+
+
+class WebhookOut(Schema):
+    status: Literal["queued", "following", "ignored", "pong"] = Field(
+        description="queued: a run starts now; following: one starts when the run under way ends; ignored: "
+        "verified but nothing to do (another branch, not a push); pong: a forge's test delivery", examples=["queued"])
+    detail: str = Field(examples=["a run of this source is queued"])
 
 
 class SyncFilter(Schema):
@@ -240,6 +277,12 @@ def _out(source: Source, lag: SourceLag | None = None) -> dict[str, Any]:
             "last_change_seconds": source.last_lag_seconds,
             "listed_at": source.last_listed_at,
         },
+        "webhook": {
+            "path": webhook_path(source),
+            "state": secret_state(source, WEBHOOK),
+            "last_push_at": source.last_push_at,
+            "last_push_origin": source.last_push_origin,
+        },
         "created_at": source.created_at,
     }
 
@@ -273,6 +316,8 @@ def source_add(request: HttpRequest, payload: SourceIn) -> Status[dict[str, Any]
                            branch=payload.branch, path=payload.path, include=payload.include,
                            exclude=payload.exclude, every=_every(payload.every), shrink_guard=payload.shrink_guard,
                            secret=payload.secret, operator=False)
+    if payload.webhook_secret:
+        webhook_secret_set(source=source, secret=payload.webhook_secret)
     return Status(201, _fresh(request, source))
 
 
@@ -290,12 +335,15 @@ def source_edit(request: HttpRequest, pk: int, payload: SourceChangeIn) -> dict[
     Needs `kb.change_source` and read access to its folder."""
     source = _source(request, pk, "kb.change_source")
     changes = payload.model_dump(exclude_unset=True)
+    webhook_secret = changes.pop("webhook_secret", None)
     if "every" in changes:
         changes["every"] = _every(changes["every"])
     for field in ("name", "location", "branch", "path", "include", "exclude", "shrink_guard"):
         if field in changes and changes[field] is None:
             raise HttpError(400, gettext("%(field)s: give a value, or leave the field out to keep it") % {"field": field})
     source_change(source=source, **changes)
+    if webhook_secret is not None:
+        webhook_secret_set(source=source, secret=webhook_secret)
     return _fresh(request, source)
 
 
@@ -320,3 +368,26 @@ def source_sync_now(request: HttpRequest, pk: int, filters: Query[SyncFilter]) -
     if not queues.send(sync_source, source.pk, filters.confirm):
         raise HttpError(503, gettext("The task queue is out of reach; try again in a moment."))
     return Status(202, _out(source))
+
+
+@sources.post("/{pk}/webhook", auth=None, response={200: WebhookOut, 202: WebhookOut, 400: ErrorOut, 401: ErrorOut,
+                                                     404: ErrorOut, 413: ErrorOut, 503: ErrorOut},
+              summary="Receive a push webhook")
+def source_webhook(request: HttpRequest, pk: int) -> Status[dict[str, Any]]:
+    """A forge's push webhook for a Git source (GitHub, Gitea/Forgejo, GitLab; docs/SOURCES.md): no session or token,
+    the signature is the credential. 202 `queued` starts a run at once (`following`: after the one under way);
+    401 with the reason for no webhook secret, a forged or missing signature, a delivery seen before or older than
+    KB_SOURCE_WEBHOOK_WINDOW, another repository, and nothing is recorded; 202 `ignored` for a verified delivery
+    with nothing to do (another branch, not a push); 200 `pong` for a forge's test. Bodies over KB_MAX_BODY_KB: 413."""
+    source = Source.objects.filter(pk=pk, kind=Source.Kind.GIT).first()
+    if source is None:
+        raise Http404(f"no Git source {pk}")
+    try:
+        outcome = webhook_receive(source=source, headers=request.headers, body=request.body)
+    except WebhookRefused as exc:
+        return Status(401, {"detail": str(exc)})
+    except ValueError:
+        return Status(400, {"detail": gettext("The delivery is not a JSON object (nor a form holding one).")})
+    except QueueUnavailable as exc:
+        return Status(503, {"detail": str(exc)})
+    return Status(outcome.http_status, {"status": outcome.status, "detail": outcome.detail})

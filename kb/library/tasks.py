@@ -51,14 +51,17 @@ def sync_source(source_id: int, confirm: bool = False) -> dict[str, Any]:
 
     from kb.library.models import Source
     from kb.library.sources.sync import SourceBusy, SyncResult, source_sync
+    from kb.library.sources.webhooks import sync_follow_up
 
     source = Source.objects.filter(pk=source_id).first()
     if source is None:
         return asdict(SyncResult(status="failed", reason=f"source {source_id} no longer exists"))
     try:
-        return asdict(source_sync(source, confirm=confirm))
-    except SourceBusy as exc:
+        result = source_sync(source, confirm=confirm)
+    except SourceBusy as exc:  # the run under way follows up on the push that queued this one
         return asdict(SyncResult(status="busy", reason=str(exc)))
+    sync_follow_up(source_id)  # a push during the run, after its listing: one more run (the lock is released)
+    return asdict(result)
 
 
 # Beat sends this every minute (kb/celery.py). It expires before the next tick: while the ingest worker is

@@ -1,4 +1,5 @@
-"""`make run`: services, migrations, demo data, then Daphne, the Celery workers and beat until Ctrl-C.
+"""`make run`: services, migrations, demo data, then Daphne, the Celery workers, beat and the folder watcher
+until Ctrl-C.
 
 Everything started here is stopped here: children run in their own process groups
 so the launcher decides the order (web and worker first, then Redis and PostgreSQL).
@@ -150,6 +151,7 @@ class Launcher:
             env = {**worker.env, **WORKER_UNCHECKED}
             self.spawn(f"the {worker.queue} worker", worker.argv(), env=env, niceness=worker.niceness)
         self.spawn("the scheduler (Celery beat)", beat_argv(embedded.var_dir()))
+        self.spawn("the folder watcher", watcher_argv())
         wait_for_port(self.host, self.port, 60, web.process)
 
     def watch(self) -> int:
@@ -252,6 +254,12 @@ def beat_argv(var_dir: Path) -> list[str]:
         "--schedule", str(var_dir / "celerybeat-schedule"),
         "--pidfile", str(var_dir / "celerybeat.pid"),
     ]
+
+
+def watcher_argv() -> list[str]:
+    """The watcher of the folder sources with `watch` on (kb.library.sources.watch), which queues a sync a few
+    seconds after a save. One per deployment, like beat: a second one would queue each run twice."""
+    return [sys.executable, "manage.py", "watch_sources"]
 
 
 def query_environment() -> dict[str, str]:

@@ -216,7 +216,7 @@ def test_delete_a_source_with_or_without_its_documents(people: dict[str, Any], s
 def test_the_openapi_schema_documents_the_source_endpoints(people: dict[str, Any], client: Client) -> None:
     schema = client.get("/api/openapi.json").json()
     ours = {p: ops for p, ops in schema["paths"].items() if p.startswith("/api/sources")}
-    assert sum(len(ops) for ops in ours.values()) == 6
+    assert sum(len(ops) for ops in ours.values()) == 7
     for path, ops in ours.items():
         for method, op in ops.items():
             assert op.get("summary") and op.get("description") and "404" in op["responses"], (path, method)

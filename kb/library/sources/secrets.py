@@ -1,6 +1,9 @@
 """A source's credential (an HTTP token, or a password for git over https): from the operator's
 KB_SOURCE_<NAME>_TOKEN setting (or its _FILE, a Docker/Kubernetes secret), else the source's write-only
-`secret` field. Never in the location, on a command line, in a message or in anything shown back."""
+`secret` field. Never in the location, on a command line, in a message or in anything shown back.
+
+A Git source's webhook secret (kb.library.sources.webhooks: what a forge signs its push deliveries with) is kept
+the same way: KB_SOURCE_<NAME>_WEBHOOK_SECRET (or its _FILE), else the write-only `webhook_secret` field."""
 
 from __future__ import annotations
 
@@ -13,11 +16,14 @@ from kb.env import env_secret
 from kb.library.models import Source
 from kb.library.sources.listing import ListingError
 
+TOKEN, WEBHOOK = "TOKEN", "WEBHOOK_SECRET"  # the settings' last words: the credential sent, the secret received
 
-def secret_setting(source: Source | str) -> str:
-    """The setting naming a source's token: KB_SOURCE_ + its name in capitals, other characters as _ + _TOKEN."""
+
+def secret_setting(source: Source | str, what: str = TOKEN) -> str:
+    """The setting naming a source's token (or, with WEBHOOK, its webhook secret): KB_SOURCE_ + its name in
+    capitals, other characters as _, + _TOKEN (_WEBHOOK_SECRET)."""
     name = source if isinstance(source, str) else source.name
-    return f"KB_SOURCE_{re.sub(r'[^A-Z0-9]+', '_', name.upper()).strip('_')}_TOKEN"
+    return f"KB_SOURCE_{re.sub(r'[^A-Z0-9]+', '_', name.upper()).strip('_')}_{what}"
 
 
 def secret_setting_set(name: str) -> bool:
@@ -37,14 +43,22 @@ def source_secret(source: Source) -> str | None:
     return value or source.secret or None
 
 
-def secret_state(source: Source) -> str:
-    """What may be shown of a source's credential: where it comes from, never what it is."""
+def webhook_secret(source: Source) -> str | None:
+    """The secret a forge signs the source's push webhooks with, or None (pushes are then refused). The setting
+    wins over the stored field; a setting that cannot be read raises ImproperlyConfigured (its reason, never the value)."""
+    return env_secret(secret_setting(source, WEBHOOK)) or source.webhook_secret or None
+
+
+def secret_state(source: Source, what: str = TOKEN) -> str:
+    """What may be shown of a source's credential (or, with WEBHOOK, its webhook secret): where it comes from,
+    never what it is."""
+    setting = secret_setting(source, what)
     try:
-        if env_secret(secret_setting(source)):
-            return f"set by {secret_setting(source)}"
+        if env_secret(setting):
+            return f"set by {setting}"
     except ImproperlyConfigured:
-        return f"{secret_setting(source)} cannot be read"
-    return "set" if source.secret else "not set"
+        return f"{setting} cannot be read"
+    return "set" if (source.webhook_secret if what == WEBHOOK else source.secret) else "not set"
 
 
 def scrub(text: str, secret: str | None) -> str:

@@ -1,12 +1,17 @@
 from __future__ import annotations
 
+import secrets
+import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kb.library.models import Source
+from kb.library.sources.secrets import WEBHOOK, secret_state
+from kb.library.sources.selectors import sources_lag
 from kb.library.sources.services import SourceRejected, parse_every, source_create, source_remove
 from kb.library.sources.sync import SourceBusy
+from kb.library.sources.webhooks import webhook_path, webhook_secret_set
 
 
 def _every(value: str) -> int:
@@ -33,7 +38,13 @@ class Command(BaseCommand):
         add.add_argument("--exclude", nargs="+", action="extend", default=[], metavar="GLOB",
                          help="Leave out paths matching one of these globs")
         add.add_argument("--every", type=_every, default=None, help="Schedule: 15m, 2h, 1d… (default: by hand)")
-        actions.add_parser("list", help="The sources and their last run")
+        actions.add_parser("list", help="The sources, their last run, index lag and last push")
+        hook = actions.add_parser("webhook-secret", help="Set a Git source's webhook secret: a new random one "
+                                  "(printed once), one read from standard input, or none")
+        hook.add_argument("name")
+        given = hook.add_mutually_exclusive_group()
+        given.add_argument("--stdin", action="store_true", help="Read the secret from standard input (the forge's own)")
+        given.add_argument("--clear", action="store_true", help="Remove it: pushes are refused until one is set")
         remove = actions.add_parser("remove", help="Remove a source and its documents")
         remove.add_argument("name")
         remove.add_argument("--keep-documents", action="store_true",
@@ -44,6 +55,8 @@ class Command(BaseCommand):
             return self._add(**options)
         if action == "list":
             return self._list()
+        if action == "webhook-secret":
+            return self._webhook_secret(options["name"], stdin=options["stdin"], clear=options["clear"])
         return self._remove(options["name"], keep_documents=options["keep_documents"])
 
     def _add(self, *, name: str, kind: str, location: str, folder: str, branch: str, path: str, include: list[str],
@@ -57,7 +70,9 @@ class Command(BaseCommand):
 
     def _list(self) -> str:
         lines = []
-        for source in Source.objects.select_related("folder"):
+        found = list(Source.objects.select_related("folder"))
+        lags = sources_lag([source.pk for source in found])
+        for source in found:
             schedule = f"every {source.every}s" if source.every else "by hand"
             last = source.last_status or "never run"
             success = source.last_success_at.isoformat(timespec="seconds") if source.last_success_at else "never"
@@ -65,9 +80,32 @@ class Command(BaseCommand):
                 f"{source.name}\t{source.kind}\t{source.location}\tfolder={source.folder.name}\t{schedule}\t"
                 f"last={last}\tlast_success={success}\tlisted={source.last_listed} changed={source.last_changed} "
                 f"new={source.last_new} deleted={source.last_deleted} failed={source.last_failed}\t"
-                f"documents={source.documents.count()}" + (f"\treason={source.last_reason}" if source.last_reason else "")
+                f"documents={source.documents.count()}\tlag={lags[source.pk].lag_seconds():.0f}s "
+                f"pending={lags[source.pk].pending} last_change_lag="
+                + ("-" if source.last_lag_seconds is None else f"{source.last_lag_seconds:.0f}s")
+                + "\tlast_push=" + (f"{source.last_push_at.isoformat(timespec='seconds')} ({source.last_push_origin})"
+                                    if source.last_push_at else "never")
+                + (f"\treason={source.last_reason}" if source.last_reason else "")
             )
         return "\n".join(lines) or "no sources"
+
+    def _webhook_secret(self, name: str, *, stdin: bool, clear: bool) -> str:
+        source = Source.objects.filter(name=name).first()
+        if source is None:
+            raise CommandError(f"no source named {name!r}")
+        if source.kind != Source.Kind.GIT:
+            raise CommandError(f"{name!r} is a {source.kind} source: only Git sources take push webhooks")
+        if clear:
+            webhook_secret_set(source=source, secret="")
+            return f"removed the webhook secret of {name!r} ({secret_state(source, WEBHOOK)} now); pushes are refused"
+        secret = sys.stdin.readline().strip() if stdin else secrets.token_urlsafe(32)
+        if not secret:
+            raise CommandError("no secret on standard input")
+        webhook_secret_set(source=source, secret=secret)
+        shown = "" if stdin else f"secret: {secret}\n"
+        return (f"{shown}set the webhook secret of {name!r}. In the forge, add a push webhook to "
+                f"https://<this server>{webhook_path(source)} with this secret (GitHub and Gitea: content type "
+                "application/json, the webhook's secret; GitLab: its secret token); docs/SOURCES.md, \"Push webhooks\"")
 
     def _remove(self, name: str, *, keep_documents: bool) -> str:
         source = Source.objects.filter(name=name).first()
