@@ -34,7 +34,7 @@ SET = ROOT / "lab" / "eval-multilingual"
 from bench._common import load_average, percentile, rerun_in_scratch_database  # noqa: E402
 
 # What a chunk stores besides its vectors: counted in both layouts (TOASTed values at their stored size).
-COLUMNS = ("text", "content", "breadcrumb", "embedding", "late_vectors", "piece_ids", "search", "acl")
+COLUMNS = ("text", "content", "breadcrumb", "embedding", "late_vectors", "identifiers", "search", "acl")
 
 
 def outer(corpus: Path, runs: int, queries: int, english: bool) -> int:

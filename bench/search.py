@@ -76,6 +76,9 @@ def bulk_load(n: int, texts: list[str], base: np.ndarray, packed: list[bytes],
     from django.db import connection
     from pgvector.psycopg import register_vector
 
+    from kb.text.identifiers import searchable
+
+    idents = [searchable(text) for text in texts]
     # Each synthetic vector blends three real chunk embeddings (Dirichlet weights) plus a little
     # noise: a continuum over the real embedding manifold, like a larger real corpus, rather
     # than tight clusters of near-copies whose order is arbitrary. Its text is the main seed's.
@@ -107,11 +110,12 @@ def bulk_load(n: int, texts: list[str], base: np.ndarray, packed: list[bytes],
         documents = [row[0] for row in cur.fetchall()]
         started = time.perf_counter()
         with cur.copy("COPY kb_chunk (document_id, ordinal, stable_id, kind, audience, breadcrumb, text, content,"
-                      " start, \"end\", split_group, tokens, embedding, late_vectors, acl) FROM STDIN") as copy:
+                      " start, \"end\", split_group, tokens, embedding, late_vectors, identifiers, acl) FROM STDIN") as copy:
             for i in range(n):
                 text = texts[seeds[i]]
                 copy.write_row((documents[i % len(documents)], i // len(documents), f"s{i}", "section", "concept",
-                                "bench", text, text, 0, len(text), "", 100, vectors[i], packed[seeds[i]], acls[i]))
+                                "bench", text, text, 0, len(text), "", 100, vectors[i], packed[seeds[i]], idents[seeds[i]],
+                                acls[i]))
         load_s = time.perf_counter() - started
         started = time.perf_counter()
         cur.execute("SET maintenance_work_mem = '1GB'")
@@ -119,7 +123,7 @@ def bulk_load(n: int, texts: list[str], base: np.ndarray, packed: list[bytes],
             cur.execute(definition)
         for view in ("search_lexeme_stats", "search_acl_lexeme_stats", "search_acl_chunk_totals"):
             cur.execute(f"REFRESH MATERIALIZED VIEW {view}")
-        # VACUUM too: otherwise autovacuum finds 100,000 new rows (and their 5 GiB of TOAST) and scans
+        # VACUUM too: otherwise autovacuum finds 100,000 new rows (and their TOAST) and scans
         # them while the timings run, as it would not on a table that has been in service a while.
         cur.execute("VACUUM (ANALYZE) kb_chunk")
         index_s = time.perf_counter() - started
@@ -128,7 +132,7 @@ def bulk_load(n: int, texts: list[str], base: np.ndarray, packed: list[bytes],
     raw.commit()
     print(f"loaded {n} chunks in {load_s:.1f} s, built {len(indexes)} indexes + statistics + vacuum in {index_s:.1f} s; "
           f"chunk table with indexes and TOAST {table_bytes / 2**30:.2f} GiB; "
-          f"word-piece vectors {np.mean([len(p) for p in packed]) / 1024:.1f} KiB per chunk on average")
+          f"late stage's word codes {np.mean([len(p) for p in packed]) / 1024:.1f} KiB per chunk on average")
     return vectors, acls
 
 
@@ -176,10 +180,10 @@ def inner(args: argparse.Namespace) -> None:
 
     from accounts.acl import user_principals
     from kb.library.ingest.batch import ingest_paths
+    from kb.library.ingest.pipeline import late_codes
     from kb.library.models import Chunk
     from kb.runtime.launcher import query_environment
     from kb.text import embedding
-    from kb.text.pieces import pack
     from search.retrieval import SearchOptions
 
     call_command("migrate", verbosity=0)
@@ -202,8 +206,8 @@ def inner(args: argparse.Namespace) -> None:
           lambda: retrieval_times(user, questions))
 
     texts = seed_texts(corpus)
-    base, pieces, _ = embedding.embed_with_pieces(texts)
-    vectors, acls = bulk_load(args.chunks - Chunk.objects.count(), texts, base, [pack(p) for p in pieces], rng)
+    base, pieces, piece_ids = embedding.embed_with_pieces(texts)
+    vectors, acls = bulk_load(args.chunks - Chunk.objects.count(), texts, base, late_codes(pieces, piece_ids), rng)
     principals = user_principals(user)
     query_vectors = embedding.embed(questions)
     visible = np.array([bool(set(a) & set(principals)) for a in acls])

@@ -36,7 +36,7 @@ from kb.library.access import visible_documents
 from kb.library.models import Chunk, Document
 from kb.text import embedding
 from kb.text.classify import classify_query
-from search.retrieval import identifiers
+from kb.text.identifiers import identifiers
 
 # The keys of each row, in the order ../shared/eval/README.md lists them.
 QUESTION_KEYS = ("id", "gt", "query", "phrasing", "needle", "doc", "intent", "identifier")

@@ -18,12 +18,11 @@ from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from django.conf import settings
 
 from chat.prompts import Source
 from chat.support import stem, terms
 from kb.text import embedding
-from kb.text.pieces import read_binary, unpack, unpack_ids
+from kb.text.pieces import read_binary
 from search import late
 from search.retrieval import WORD
 
@@ -66,34 +65,28 @@ def _found(text: str, context: str, joined: dict[str, frozenset[str]]) -> frozen
     return found
 
 
-def stored_pieces(sources: Sequence[Source], texts: Sequence[str], numbers: Sequence[int]) -> list[np.ndarray | None]:
-    """Each sentence's word-piece vectors cut from those stored for its source's chunks at ingest
-    (kb.text.pieces), found by its word-piece ids, so an answer encodes nothing but the question.
+def passage_pieces(sources: Sequence[Source], texts: Sequence[str], numbers: Sequence[int]) -> list[np.ndarray | None]:
+    """Each sentence's word-piece vectors cut from those of its source's chunks (search.late.exact_pieces: the
+    late stage has just encoded the top ones), found by its word-piece ids, so a sentence is read in its
+    passage's context and the passages retrieval scored are not encoded again.
     A sentence the units cleaned up (a table row's cells rejoined, markup dropped) is found piece by
     piece in order (`_aligned`). None where it is in no chunk: `score` encodes those on their own."""
     if not texts or not sources:
         return [None] * len(texts)
     rows = read_binary(
-        """SELECT document_id, start, "end", text, late_vectors, piece_ids FROM kb_chunk c
-           WHERE document_id = ANY(%s) AND late_vectors IS NOT NULL AND EXISTS (
+        """SELECT id, document_id, start, "end", text FROM kb_chunk c
+           WHERE document_id = ANY(%s) AND EXISTS (
                SELECT 1 FROM unnest(%s::bigint[], %s::int[], %s::int[]) AS s(document_id, start, "end")
                WHERE s.document_id = c.document_id AND c.start < s."end" AND c."end" > s.start)
            ORDER BY document_id, ordinal""",
         [sorted({s.document_id for s in sources}), [s.document_id for s in sources], [s.start for s in sources],
          [s.end for s in sources]])
-    dimensions = settings.KB_EMBEDDING_DIMENSIONS
-    # The ids stored at ingest; a chunk indexed before they were stored has its text tokenized here.
-    untokenized = [row[3] for row in rows if row[5] is None]
-    tokenized = iter(embedding.piece_ids(untokenized) if untokenized else [])
+    encoded = late.exact_pieces([(chunk_id, text) for chunk_id, _, _, _, text in rows])
     runs: dict[int, list[_Pieces]] = {}  # source number -> its chunks' pieces, in document order
-    for document_id, start, end, _, data, stored_ids in rows:
-        ids = next(tokenized) if stored_ids is None else unpack_ids(stored_ids)
-        vectors = unpack(data, dimensions)
-        if len(ids) != len(vectors):
-            continue  # indexed with another tokenizer or truncated: encode instead
+    for (_, document_id, start, end, _), pieces in zip(rows, encoded, strict=True):
         for source in sources:
             if source.document_id == document_id and start < source.end and end > source.start:
-                runs.setdefault(source.number, []).append(_Pieces(ids, _as_text(ids), vectors))
+                runs.setdefault(source.number, []).append(_Pieces(pieces.ids, _as_text(pieces.ids), pieces.vectors))
     wanted = embedding.piece_ids([t.removesuffix(" …") for t in texts])
     found: list[np.ndarray | None] = []
     cursor: dict[int, int] = {}  # source number -> the chunk its last located sentence ended in
@@ -248,7 +241,7 @@ def score(question: str, texts: Sequence[str], ranks: Sequence[int], contexts: S
           vectors: Sequence[np.ndarray | None] | None = None) -> Scores:
     """Scores of each text (a sentence) for `question`; `ranks` are their sources' numbers (1 = best);
     `contexts` (e.g. each sentence's section heading) count towards its rare-word coverage; `vectors`,
-    where given (`stored_pieces`), are the texts' word-piece vectors, so only the others are encoded."""
+    where given (`passage_pieces`), are the texts' word-piece vectors, so only the others are encoded."""
     if not texts:
         return Scores([], [], [], [], frozenset())
     question_vector, pieces = embedding.embed_query(question)

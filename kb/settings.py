@@ -150,6 +150,9 @@ KB_SEARCH_RELATED_MARGIN = env_float("KB_SEARCH_RELATED_MARGIN", 0.15)
 KB_SEARCH_DUPLICATE = env_float("KB_SEARCH_DUPLICATE", 0.97)  # cosine similarity that counts as a duplicate
 KB_SEARCH_LATE_DEPTH = env_int("KB_SEARCH_LATE_DEPTH", 20, minimum=0)  # top hits re-scored by late interaction; 0: off
 KB_SEARCH_LATE_WEIGHT = env_float("KB_SEARCH_LATE_WEIGHT", 1.0)  # late score's weight next to cosine similarity
+# Of those, the first this many are scored again on their exact word pieces, encoded at query time (the stored codes
+# are coarse: kb/text/pieces.py); at least the answerability model's five, whose signals were fitted on exact pieces
+KB_SEARCH_LATE_EXACT = env_int("KB_SEARCH_LATE_EXACT", 5, minimum=0)
 KB_SEARCH_EF_SEARCH = env_int("KB_SEARCH_EF_SEARCH", 400, minimum=1)  # HNSW ef_search: dense recall against speed
 KB_RERANKER_PATH = env_str("KB_RERANKER_PATH", "")  # a local sentence-transformers CrossEncoder directory
 
@@ -502,6 +505,19 @@ KB_SOURCE_FOLDER_ROOTS = env_list("KB_SOURCE_FOLDER_ROOTS", [])
 KB_SOURCE_SITE_HOSTS = env_list("KB_SOURCE_SITE_HOSTS", [])
 # CIDRs a site source may be on (a private range opens private addresses; 0.0.0.0/0 only public ones)
 KB_SOURCE_SITE_NETWORKS = proxy_networks(env_list("KB_SOURCE_SITE_NETWORKS", []), name="KB_SOURCE_SITE_NETWORKS")
+# Push webhooks of Git sources (kb.library.sources.webhooks; docs/SOURCES.md): seconds a signed delivery is good
+# for. One older than this, by the time its signed body carries, is refused; one seen within it is refused as a
+# replay. A day: Gitea and GitLab deliveries carry only their commits' times, and a commit made an hour before
+# it was pushed is a fresh push
+KB_SOURCE_WEBHOOK_WINDOW = env_int("KB_SOURCE_WEBHOOK_WINDOW", 86400, minimum=60)
+# Watched folder sources (kb.library.sources.watch; `manage.py watch_sources`, which `make run` starts): seconds
+# of quiet after a folder's last change before its sync is queued, so a burst of saves is one run
+KB_SOURCE_WATCH_DEBOUNCE = env_float("KB_SOURCE_WATCH_DEBOUNCE", 2.0)
+# Seconds at most between a folder's first change and its sync, however long the changes go on
+KB_SOURCE_WATCH_MAX_WAIT = env_float("KB_SOURCE_WATCH_MAX_WAIT", 20.0)
+# Seconds between two readings of which sources are watched (added, switched on or off, moved) and retries of
+# directories that could not be watched
+KB_SOURCE_WATCH_REFRESH = env_float("KB_SOURCE_WATCH_REFRESH", 10.0)
 
 LOGGING = {
     "version": 1,

@@ -14,7 +14,9 @@ forward pass as their embedding, and stored next to them: a query only reads the
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 from django.conf import settings
@@ -72,17 +74,46 @@ def query_weights(query: str, word_spans: Sequence[tuple[int, int]], idf: Sequen
 
 
 def chunk_vectors(chunks: Sequence[tuple[int, str]]) -> list[np.ndarray]:
-    """Word-piece vectors of each (chunk id, text): stored at ingest (kb.text.pieces), read in one query.
-
-    Only a chunk indexed before the stage existed (its document shows stale) has none; its text is
-    encoded here until it is re-indexed.
-    """
+    """Coarse word vectors of each (chunk id, text), as stored at ingest (kb.text.pieces), read in one query: the
+    first pass's. A chunk indexed in an earlier format (its document shows stale) is scored on its exact pieces."""
     stored = dict(read_binary("SELECT id, late_vectors FROM kb_chunk WHERE id = ANY(%s) AND late_vectors IS NOT NULL",
                               [[cid for cid, _ in chunks]]))
-    missing = [text for cid, text in chunks if cid not in stored]
-    computed = iter(embedding.token_vectors(missing) if missing else [])
     dimensions = settings.KB_EMBEDDING_DIMENSIONS
-    return [unpack(stored[cid], dimensions) if cid in stored else next(computed) for cid, _ in chunks]
+    coarse = {cid: unpack(data, dimensions) for cid, data in stored.items()}
+    exact = iter(exact_pieces([(cid, text) for cid, text in chunks if coarse.get(cid) is None]))
+    out: list[np.ndarray] = []
+    for cid, _ in chunks:
+        vectors = coarse.get(cid)
+        out.append(vectors if vectors is not None else next(exact).vectors)
+    return out
+
+
+class Pieces(NamedTuple):
+    """A text's word-piece ids and their unit contextual vectors (read-only: callers share them)."""
+
+    ids: list[int]
+    vectors: np.ndarray
+
+
+EXACT_KEPT = 64  # texts whose exact pieces a process keeps: ~14 MiB at ~141 pieces of 384 float32
+_exact: OrderedDict[tuple[int, str], Pieces] = OrderedDict()
+
+
+def exact_pieces(chunks: Sequence[tuple[int, str]]) -> list[Pieces]:
+    """The word pieces of each (chunk id, text), encoded here: what the late stage's exact pass and the answer's
+    sentence scoring read (they are not stored: kb.text.pieces says why). The process keeps the last EXACT_KEPT,
+    since the answer scores the sentences of the passages retrieval has just scored, moments later."""
+    missing = list(dict.fromkeys(key for key in chunks if key not in _exact))
+    if missing:
+        texts = [text for _, text in missing]
+        for key, ids, vectors in zip(missing, embedding.piece_ids(texts), embedding.token_vectors(texts), strict=True):
+            vectors.flags.writeable = False
+            _exact[key] = Pieces(ids[: len(vectors)], vectors)
+    for key in chunks:
+        _exact.move_to_end(key)
+    while len(_exact) > max(EXACT_KEPT, len(chunks)):
+        _exact.popitem(last=False)
+    return [_exact[key] for key in chunks]
 
 
 def scores(query_vectors: np.ndarray, weights: np.ndarray, chunks: Sequence[np.ndarray]) -> list[float]:

@@ -33,6 +33,7 @@ from accounts.acl import user_principals
 from kb.library.models import Chunk, passage_link
 from kb.text import embedding, language, multilingual
 from kb.text.classify import SCREEN, classify_query
+from kb.text.identifiers import identifiers
 from kb.text.multilingual import ENGLISH_SCALE
 from search import answerability, late, replica, rerank
 from search.models import RememberedQuestion
@@ -41,7 +42,6 @@ from search.stats import idf_sql, readable_languages, readable_ndoc_sql, readabl
 # A word of any script: letters and digits, with inner apostrophes, dots and hyphens (a CJK run, written
 # without spaces, is one "word" here; full-text search reads it as bigrams: kb.text.language).
 WORD = re.compile(r"[^\W_][\w'’.-]*[^\W_]|[^\W_]")
-IDENTIFIER = re.compile(r"-{1,2}[A-Za-z][\w-]+|[A-Za-z0-9_][\w.:/-]*[\w]")
 LIKE_SPECIALS = str.maketrans({"%": r"\%", "_": r"\_", "\\": r"\\"})
 REGEX_SPECIALS = re.compile(r"[.^$*+?()\[\]{}|\\]")  # PostgreSQL's regular expressions take each literally escaped
 # Matching chunks the identifier list reads at most: a short identifier's trigrams match thousands of
@@ -82,6 +82,7 @@ class SearchOptions:
     multilingual_lexical_bonus: float = field(default_factory=lambda: settings.KB_SEARCH_MULTILINGUAL_LEXICAL_BONUS)
     late_depth: int = field(default_factory=lambda: settings.KB_SEARCH_LATE_DEPTH)
     late_weight: float = field(default_factory=lambda: settings.KB_SEARCH_LATE_WEIGHT)
+    late_exact: int = field(default_factory=lambda: settings.KB_SEARCH_LATE_EXACT)
     rerank: bool = True
     answerability: bool = True  # False: the distance threshold alone decides (as before calibration)
     # Remembered questions (search.memory): their candidate list reaches `memory_reach` (cosine distance between the
@@ -181,32 +182,6 @@ class SearchResult:
                                             threshold=self.threshold)
 
 
-def identifiers(query: str) -> list[str]:
-    """Tokens that look like codes, keys, flags or names: exact text matters more than meaning.
-
-    Ordinary capitalised words and product names (one or two humps: "OpenRefine") are not
-    identifiers; they would reward every chunk of a manual instead of the one that matters.
-    """
-    found: list[str] = []
-    for token in IDENTIFIER.findall(query):
-        token = token.strip(".:/-") if not token.startswith("-") else token.rstrip(".:/")
-        if len(token) < 4 or token.lower() in (f.lower() for f in found):
-            continue
-        humps = len(re.findall(r"[A-Z]", token))
-        shaped = (
-            token.startswith("-")
-            or any(c in token for c in "_.:/")
-            or (any(c.isdigit() for c in token) and any(c.isalpha() for c in token))
-            or ("-" in token and any(c.isupper() or c.isdigit() for c in token))
-            or (token[0].islower() and humps >= 1)  # etcdMembersDown, p_expression
-            or humps >= 3  # KubePodCrashLooping
-            or (token.isupper() and len(token) >= 5)  # ECONNREFUSED
-        )
-        if shaped:
-            found.append(token)
-    return found[:6]
-
-
 def lexical_query(query: str) -> str:
     """The question's words that full-text search looks for (each is an alternative, ranked by IDF)."""
     words = [w for w in WORD.findall(query) if not w.isdigit() or len(w) > 2]
@@ -234,17 +209,17 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int, multi: bool = Fal
     english = " AND (c.multilingual_embedding IS NULL OR c.language = 'en')" if multi else ""
     dense_sql = f"""
         SELECT id, row_number() OVER (ORDER BY distance, id) AS r FROM (
-            SELECT c.id, c.embedding <=> %(vector)s::vector AS distance
+            SELECT c.id, c.embedding <=> %(vector)s::halfvec AS distance
             FROM kb_chunk c WHERE {acl}{english}
-            ORDER BY c.embedding <=> %(vector)s::vector LIMIT %(n)s
+            ORDER BY c.embedding <=> %(vector)s::halfvec LIMIT %(n)s
         ) d""" if dense else empty
     # The same in the multilingual space (kb.text.multilingual): its own HNSW index; chunks indexed
     # before the space existed have no vector there and are not in this list.
     multi_sql = f"""
         SELECT id, row_number() OVER (ORDER BY distance, id) AS r FROM (
-            SELECT c.id, c.multilingual_embedding <=> %(mvector)s::vector AS distance
+            SELECT c.id, c.multilingual_embedding <=> %(mvector)s::halfvec AS distance
             FROM kb_chunk c WHERE {acl} AND c.multilingual_embedding IS NOT NULL
-            ORDER BY c.multilingual_embedding <=> %(mvector)s::vector LIMIT %(n)s
+            ORDER BY c.multilingual_embedding <=> %(mvector)s::halfvec LIMIT %(n)s
         ) m""" if multi else empty
     # IDF-weighted: each query lexeme's ts_rank in the chunk times its inverse document
     # frequency (search_lexeme_stats), so rare words outweigh words every chunk has. Only the
@@ -263,14 +238,15 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int, multi: bool = Fal
             ORDER BY rank DESC LIMIT %(n)s
         ) l""" if lexical else empty
     if idents:
-        # Chunks holding any of the identifiers are found with one case-insensitive regular expression:
-        # ILIKE lower-cases the whole text once per pattern (four patterns over the development corpus took
-        # 34 ms against 8). pg_trgm's index serves either at scale. ILIKE then counts matches on those only.
+        # Chunks holding any of the identifiers are found with one case-insensitive regular expression over their
+        # identifier-shaped tokens (Chunk.identifiers, through its trigram index); ILIKE lower-cases the whole text
+        # once per pattern (four patterns over the development corpus took 34 ms against 8), so it then counts
+        # matches in those chunks' texts only.
         matches = " + ".join(f"(c.text ILIKE %(ident{i})s)::int" for i in range(idents))
         ident_sql = f"""
         SELECT id, row_number() OVER (ORDER BY matched DESC, distance, id) AS r FROM (
-            SELECT c.id, {matches} AS matched, c.embedding <=> %(vector)s::vector AS distance
-            FROM (SELECT c.id, c.text, c.embedding FROM kb_chunk c WHERE {acl} AND c.text ~* %(ident_any)s
+            SELECT c.id, {matches} AS matched, c.embedding <=> %(vector)s::halfvec AS distance
+            FROM (SELECT c.id, c.text, c.embedding FROM kb_chunk c WHERE {acl} AND c.identifiers ~* %(ident_any)s
                   LIMIT {IDENT_SCAN}) c
             ORDER BY matched DESC, distance LIMIT %(n)s
         ) t"""
@@ -337,10 +313,10 @@ def _candidate_sql(*, dense: bool, lexical: bool, idents: int, multi: bool = Fal
     )
     SELECT c.id AS chunk_id, c.document_id, d.title AS document_title, d.mime_type, d.embedding_model, c.ordinal,
            c.breadcrumb, c.content, c.text, c.start, c."end", c.page, c.kind, c.audience, c.part, c.parts, c.split_group,
-           c.embedding <=> %(vector)s::vector AS distance, f.rrf, f.dense_rank, f.lexical_rank, f.ident_rank,
-           f.multilingual_rank, {"c.multilingual_embedding <=> %(mvector)s::vector" if multi else "NULL::float"}
+           c.embedding <=> %(vector)s::halfvec AS distance, f.rrf, f.dense_rank, f.lexical_rank, f.ident_rank,
+           f.multilingual_rank, {"c.multilingual_embedding <=> %(mvector)s::halfvec" if multi else "NULL::float"}
            AS multilingual_distance, c.language AS chunk_language,
-           vector_send(c.embedding) AS vector, f.remembered_rank, m.distance AS remembered_distance,
+           halfvec_send(c.embedding) AS vector, f.remembered_rank, m.distance AS remembered_distance,
            m.questions AS remembered_questions, m.question_distances AS remembered_question_distances,
            (SELECT CASE WHEN bool_or(a.action = 'hide') THEN 'hide' WHEN bool_or(a.action = 'boost') THEN 'boost' END
             FROM search_retrievaladjustment a WHERE a.revoked_at IS NULL AND a.document_id = c.document_id
@@ -412,9 +388,9 @@ def _named_rows(cursor: Any) -> list[dict[str, Any]]:
 
 
 def _vector(sent: bytes | memoryview) -> np.ndarray:
-    """pgvector's binary form (int16 dimensions, int16 unused, big-endian float4s): parsing it costs a
+    """pgvector's binary form of a halfvec (int16 dimensions, int16 unused, big-endian float2s): parsing it costs a
     fraction of parsing a real[]'s text, which was a third of the candidate query's time at 150 rows."""
-    return np.frombuffer(bytes(sent), dtype=">f4", offset=4).astype(np.float32)
+    return np.frombuffer(bytes(sent), dtype=">f2", offset=4).astype(np.float32)
 
 
 def _drop_duplicates(hits: list[Hit], vectors: dict[int, np.ndarray], *, duplicate: float) -> list[Hit]:
@@ -434,11 +410,13 @@ def _drop_duplicates(hits: list[Hit], vectors: dict[int, np.ndarray], *, duplica
 
 
 def _late_signals(query: str, pieces: np.ndarray, head: list[Hit], texts: dict[int, str],
-                  words: Sequence[answerability.WordStat]) -> dict[int, tuple[float, float]]:
-    """Each hit's late-interaction score and weakest word match (answerability.weakest_matches), by chunk id;
-    the query's words weigh by their IDF over what the user may read (`words`, one per WORD match)."""
+                  words: Sequence[answerability.WordStat], *, exact: bool) -> dict[int, tuple[float, float]]:
+    """Each hit's late-interaction score and weakest word match (answerability.weakest_matches), by chunk id, on
+    the stored coarse word vectors or (`exact`) on the exact word pieces; the query's words weigh by their IDF over
+    what the user may read (`words`, one per WORD match)."""
     spans = [m.span() for m in WORD.finditer(query)]
-    vectors = late.chunk_vectors([(h.chunk_id, texts[h.chunk_id]) for h in head])
+    chunks = [(h.chunk_id, texts[h.chunk_id]) for h in head]
+    vectors = [p.vectors for p in late.exact_pieces(chunks)] if exact else late.chunk_vectors(chunks)
     weights = late.query_weights(query, spans, [w.idf for w in words])
     scores = late.scores(pieces, weights, vectors)
     weakest = answerability.weakest_matches(pieces, weights, vectors)
@@ -577,12 +555,17 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
                                            configs=[config for config, _ in configs]) if hits else [])
     if options.late_depth and hits:
         late_at = time.perf_counter()
-        scored = _late_signals(query, pieces, hits[: options.late_depth], texts, words)
-        hits = _late_rerank(hits, scored, depth=options.late_depth, weight=options.late_weight,
-                            lexical_bonus=options.multilingual_lexical_bonus, boost=options.boost)
+        # Coarse codes order the top late_depth; the first late_exact of that order are scored again exactly.
+        for depth, exact in ((options.late_depth, False), (min(options.late_exact, options.late_depth), True)):
+            if depth:
+                scored |= _late_signals(query, pieces, hits[:depth], texts, words, exact=exact)
+                hits = _late_rerank(hits, scored, depth=depth, weight=options.late_weight,
+                                    lexical_bonus=options.multilingual_lexical_bonus, boost=options.boost)
         timings["late"] = (time.perf_counter() - late_at) * 1000
-    elif hits:  # the stage is off, but the answerability signals read its scores of the top hits
-        scored = _late_signals(query, pieces, hits[: answerability.DEPTH], texts, words)
+    exactly = {h.chunk_id for h in hits[: min(options.late_exact, options.late_depth)]}
+    if unscored := [h for h in hits[: answerability.DEPTH] if h.chunk_id not in exactly]:
+        # The answerability signals read exact scores of the top hits (fitted on them), whatever the stage scored.
+        scored |= _late_signals(query, pieces, unscored, texts, words, exact=True)
     hits, pinned = _remembered_first(hits, options)
     result.remembered = list(pinned.remembered) if pinned else []
     decided_at = time.perf_counter()

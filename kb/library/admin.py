@@ -29,7 +29,7 @@ from kb.library.access import document_sync_acl, folders_readable, staff_may, vi
 from kb.library.ingest.extract import SUPPORTED, SUPPORTED_KINDS
 from kb.library.ingest.pipeline import RUNNING, STAGES
 from kb.library.ingest.version import current_index_version
-from kb.library.models import Chunk, Document, Folder, Source, filename_title
+from kb.library.models import Chunk, Document, Folder, Source, SourcePush, filename_title
 from kb.library.selectors import document_is_stale, documents_stale
 from kb.library.services import (
     DocumentStateConflict,
@@ -41,7 +41,7 @@ from kb.library.services import (
     folder_sync_documents,
 )
 from kb.library.sources.git import redact
-from kb.library.sources.secrets import secret_state
+from kb.library.sources.secrets import WEBHOOK, secret_state
 from kb.library.sources.selectors import lag_of, sources_lag, with_lag
 from kb.library.sources.services import (
     SourceNameTaken,
@@ -53,6 +53,7 @@ from kb.library.sources.services import (
     source_create,
     source_remove,
 )
+from kb.library.sources.webhooks import webhook_path, webhook_secret_set
 
 StrOrPromise = str | Promise  # a label, translated when shown
 
@@ -486,10 +487,10 @@ class ChunkAdmin(StaffRuleMixin, admin.ModelAdmin):
     list_filter = ("kind", "audience")
     list_select_related = ("document",)
     search_fields = ("breadcrumb", "content")
-    exclude = ("embedding", "late_vectors", "piece_ids")
+    exclude = ("embedding", "late_vectors", "identifiers")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Chunk]:
-        return super().get_queryset(request).defer("embedding", "late_vectors", "piece_ids")  # ~55 KB a row, never shown
+        return super().get_queryset(request).defer("embedding", "late_vectors", "identifiers")  # never shown
 
     @admin.display(description=gettext_lazy("Passage"), ordering="ordinal")
     def position(self, obj: Chunk) -> int:
@@ -498,7 +499,7 @@ class ChunkAdmin(StaffRuleMixin, admin.ModelAdmin):
     @admin.display(description=gettext_lazy("Section"), ordering="breadcrumb")
     def section(self, obj: Chunk) -> str:
         return format_html('<span class="kb-cut" title="{}">{}</span>', obj.breadcrumb, obj.breadcrumb)
-    readonly_fields = [f.name for f in Chunk._meta.fields if f.name not in {"embedding", "search", "late_vectors", "piece_ids"}]
+    readonly_fields = [f.name for f in Chunk._meta.fields if f.name not in {"embedding", "search", "late_vectors", "identifiers"}]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -519,6 +520,11 @@ class SourceAddForm(forms.ModelForm):
         help_text=gettext_lazy("A token or password for the location; never shown back. An operator may set it on the "
                                "server instead, as KB_SOURCE_{NAME}_TOKEN or KB_SOURCE_{NAME}_TOKEN_FILE, {NAME} being "
                                "the source's name in capitals (other characters as _)."))
+    hook_secret = forms.CharField(
+        label=gettext_lazy("Webhook secret"), required=False, strip=False, widget=forms.PasswordInput(render_value=False),
+        help_text=gettext_lazy("Git: the secret your forge signs push webhooks with (GitHub and Gitea: the webhook's "
+                               "secret; GitLab: its secret token), so a push is searchable at once; never shown back. "
+                               "An operator may set it as KB_SOURCE_{NAME}_WEBHOOK_SECRET(_FILE) instead."))
 
     class Meta:
         model = Source
@@ -569,8 +575,9 @@ class SourceAdmin(StaffRuleMixin, admin.ModelAdmin):
     search_fields = ("name",)
     fields = ("name", "kind", "shown_location", "secret_state", "branch", "path", "folder", "include", "exclude",
               "schedule", "shrink_guard", "last_run", "last_reason", "last_started_at", "last_finished_at",
-              "last_success_at", "index_lag", "failed_files")
+              "last_success_at", "index_lag", "failed_files", "webhook_url", "webhook_state", "last_push", "recent_pushes")
     readonly_fields = fields
+    webhook_fields = ("webhook_url", "webhook_state", "last_push", "recent_pushes")
     actions = ["sync_now"]
 
     class Media:
@@ -585,7 +592,10 @@ class SourceAdmin(StaffRuleMixin, admin.ModelAdmin):
         return queryset.filter(folder__in=folders_readable(user))
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return super().get_fields(request, obj) if obj is not None else (*SourceAddForm.Meta.fields, "every_text", "credential")
+        if obj is None:
+            return (*SourceAddForm.Meta.fields, "every_text", "credential", "hook_secret")
+        fields = super().get_fields(request, obj)
+        return fields if obj.kind == Source.Kind.GIT else [f for f in fields if f not in self.webhook_fields]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return self.readonly_fields if obj is not None else ()
@@ -606,6 +616,8 @@ class SourceAdmin(StaffRuleMixin, admin.ModelAdmin):
                                 folder_name=data["folder"].name, branch=data.get("branch", ""), path=data.get("path", ""),
                                 include=data.get("include") or [], exclude=data.get("exclude") or [], every=data["every"],
                                 shrink_guard=data["shrink_guard"], secret=data.get("credential", ""), operator=False)
+        if data.get("hook_secret"):
+            webhook_secret_set(source=created, secret=data["hook_secret"])
         obj.pk = created.pk
         obj.refresh_from_db()
 
@@ -633,10 +645,12 @@ class SourceAdmin(StaffRuleMixin, admin.ModelAdmin):
     def lag_column(self, obj: Source) -> str:
         lag = lag_of(obj)
         last = "—" if obj.last_lag_seconds is None else f"{obj.last_lag_seconds:.0f} s"
-        return format_html('<span data-source-lag="{}" data-compact title="{}">{}</span>', obj.pk,
+        return format_html('<span data-source-lag="{}" data-compact title="{}">{}</span>{}', obj.pk,
                            gettext("pending %(pending)s · failed %(failed)s · last change searchable after %(last)s")
                            % {"pending": lag.pending, "failed": lag.failed, "last": last},
-                           gettext("behind %(seconds)s s") % {"seconds": f"{lag.lag_seconds():.0f}"})
+                           gettext("behind %(seconds)s s") % {"seconds": f"{lag.lag_seconds():.0f}"},
+                           format_html('<small class="kb-filename">{}</small>', self.last_push(obj))
+                           if obj.last_push_at else "")
 
     @admin.display(description=gettext_lazy("Every"), ordering="every")
     def schedule(self, obj: Source) -> str:
@@ -646,6 +660,34 @@ class SourceAdmin(StaffRuleMixin, admin.ModelAdmin):
     @admin.display(description=gettext_lazy("Credential"))
     def secret_state(self, obj: Source) -> str:
         return secret_state(obj)
+
+    @admin.display(description=gettext_lazy("Webhook URL"))
+    def webhook_url(self, obj: Source) -> str:
+        """Where the forge posts pushes: the source's path after this server's public address."""
+        return format_html("<code>{}</code> <small>{}</small>", webhook_path(obj),
+                           gettext("after this server's address, e.g. https://kb.example.com"))
+
+    @admin.display(description=gettext_lazy("Webhook secret"))
+    def webhook_state(self, obj: Source) -> str:
+        return secret_state(obj, WEBHOOK)
+
+    @admin.display(description=gettext_lazy("Last push"), ordering="last_push_at")
+    def last_push(self, obj: Source) -> str:
+        if obj.last_push_at is None:
+            return gettext("none yet")
+        return gettext("%(when)s from %(origin)s") % {
+            "when": date_format(timezone.localtime(obj.last_push_at), "DATETIME_FORMAT"),
+            "origin": dict(SourcePush.Origin.choices).get(obj.last_push_origin, obj.last_push_origin)}
+
+    @admin.display(description=gettext_lazy("Recent pushes"))
+    def recent_pushes(self, obj: Source) -> str:
+        """The verified pushes kept for the replay window (KB_SOURCE_WEBHOOK_WINDOW), the newest first: when and from
+        where, never what was signed."""
+        pushes = [(date_format(timezone.localtime(p.received_at), "DATETIME_FORMAT"), p.get_origin_display())
+                  for p in obj.pushes.order_by("-received_at")[:10]]
+        if not pushes:
+            return gettext("none")
+        return format_html("<ul>{}</ul>", format_html_join("", "<li>{} · {}</li>", pushes))
 
     @admin.display(description=gettext_lazy("Last run"))
     def last_run(self, obj: Source) -> str:

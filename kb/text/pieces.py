@@ -1,55 +1,79 @@
-"""Word-piece vectors for late interaction, computed in the embedding pass and stored next to each chunk.
+"""Word vectors for the late stage's first, coarse pass, computed in the embedding pass and stored with each chunk.
 
-Stored as int8 with one float32 scale per chunk: a quarter of float32's size, cosine
->= 0.9998 to the original vectors (MiniLM's unit word-piece vectors have no component
-above ~0.32, so one scale per chunk loses nothing a per-piece scale would keep).
-Layout: the scale (little-endian float32), then pieces x dimensions int8 values.
+A chunk stores one vector per content word (the mean of its word pieces' contextual vectors; stop words and
+punctuation, which the query side weighs 0, are left out) as sign bits with one float16 scale: ~50 bytes a
+word, ~2.8 KB a chunk, where every word piece in int8 took 54 KB. Those codes only order the late stage's
+candidates; the few it keeps on top are scored again on their exact word pieces, encoded at query time
+(search.late.exact_pieces), and the answer's sentences are scored on those too. Measured on the development
+sets (docs/measurements/late_storage.md): sign bits alone cost R@1 and most of the answers' needles; the
+exact pass on top gives both back.
+
+Layout: MAGIC, the word count (little-endian uint16), one float16 scale per word, then each word's sign bits
+(dimensions / 8 bytes). An index written in the format before (int8 word pieces) has no MAGIC: its chunks
+are scored on exact pieces until their documents are re-indexed (the index version names this format).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
 
 # Part of the index version: bump it when what is stored here changes, so documents
 # indexed before are shown stale and re-indexed.
-LATE_VERSION = 1
+LATE_VERSION = 2
 
-_SCALE = np.dtype("<f4")
-
-
-def pack(vectors: np.ndarray) -> bytes:
-    """`vectors` (pieces x dimensions, float) as int8 plus one scale."""
-    top = float(np.abs(vectors).max()) if vectors.size else 0.0
-    scale = top / 127 if top else 1.0
-    quantized = np.clip(np.rint(vectors / scale), -127, 127).astype(np.int8)
-    return np.array([scale], dtype=_SCALE).tobytes() + quantized.tobytes()
+MAGIC = b"L2\x00\x00"  # as a float32 an old format's scale can never be (a denormal ~1.8e-41)
+_COUNT = np.dtype("<u2")
+_SCALE = np.dtype("<f2")
 
 
-def unpack(data: bytes | memoryview, dimensions: int) -> np.ndarray:
-    """The float32 vectors `pack` stored (pieces x dimensions)."""
+def words(tokens: Sequence[str]) -> list[list[int]]:
+    """The word pieces' places grouped into words: a piece spelled "##…" continues the word before it."""
+    grouped: list[list[int]] = []
+    for i, token in enumerate(tokens):
+        if token.startswith("##") and grouped:
+            grouped[-1].append(i)
+        else:
+            grouped.append([i])
+    return grouped
+
+
+def spelled(tokens: Sequence[str], places: Sequence[int]) -> str:
+    return "".join(tokens[i].removeprefix("##") for i in places)
+
+
+def pack(vectors: np.ndarray, tokens: Sequence[str], stop: Collection[str]) -> bytes:
+    """A chunk's word-piece `vectors` (pieces x dimensions) and their `tokens`, as one coded vector per word
+    not in `stop` (spelled as `spelled` gives it)."""
+    kept = [places for places in words(tokens) if spelled(tokens, places) not in stop]
+    means = np.stack([vectors[places].mean(axis=0) for places in kept]) if kept else np.zeros((0, vectors.shape[1]))
+    scales = np.abs(means).mean(axis=1).astype(_SCALE)
+    signs = np.packbits(means >= 0, axis=1)
+    return b"".join((MAGIC, np.array([len(kept)], dtype=_COUNT).tobytes(), scales.tobytes(), signs.tobytes()))
+
+
+def unpack(data: bytes | memoryview, dimensions: int) -> np.ndarray | None:
+    """The word vectors `pack` stored (words x dimensions, float32), or None for data in the format before."""
     raw = bytes(data)
-    scale = float(np.frombuffer(raw, dtype=_SCALE, count=1)[0])
-    return np.frombuffer(raw, dtype=np.int8, offset=_SCALE.itemsize).reshape(-1, dimensions).astype(np.float32) * scale
-
-
-def pack_ids(ids: np.ndarray) -> bytes:
-    """A chunk's word-piece ids (the rows of its packed vectors), as little-endian int32."""
-    return np.asarray(ids, dtype="<i4").tobytes()
-
-
-def unpack_ids(data: bytes | memoryview) -> list[int]:
-    ids: list[int] = np.frombuffer(bytes(data), dtype="<i4").tolist()
-    return ids
+    if not raw.startswith(MAGIC):
+        return None
+    at = len(MAGIC)
+    count = int(np.frombuffer(raw, dtype=_COUNT, count=1, offset=at)[0])
+    at += _COUNT.itemsize
+    scales = np.frombuffer(raw, dtype=_SCALE, count=count, offset=at).astype(np.float32)
+    at += count * _SCALE.itemsize
+    bits = np.unpackbits(np.frombuffer(raw, dtype=np.uint8, offset=at).reshape(count, dimensions // 8), axis=1)
+    signs: np.ndarray = np.where(bits > 0, np.float32(1), np.float32(-1)) * scales[:, None]
+    return signs
 
 
 def read_binary(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     """The rows of `sql` in PostgreSQL's binary format, on the current connection and transaction.
 
     Django's cursors read text, in which bytea travels hex-encoded at twice its size and is decoded
-    again: for the ~1 MB of vectors of a late stage's 20 chunks, 5.6 against 1.8 ms here.
+    again (for the ~1 MB of int8 word pieces a late stage's 20 chunks once stored: 5.6 against 1.8 ms here).
     """
     import psycopg
     from django.db import connection

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from chat.backends.extractive import HOW_TO, ExtractiveBackend, sentences, units
 from chat.prompts import Source, build_prompt
+from kb.text import embedding
 from kb.text.classify import CONCEPT, SCREEN
 from tests.conftest import ROOT
 
@@ -305,20 +306,20 @@ def encodings(monkeypatch: Any) -> list[str]:
     return encoded
 
 
-def test_sentences_are_scored_with_their_chunks_stored_vectors_not_encoded_again(monkeypatch: Any) -> None:
-    """An answer encodes only the question: each sentence's word pieces are a run of its chunk's stored
-    pieces (the ingest pass's contextual vectors). A table row rejoined with dashes, or a sentence whose
-    markup was cleaned out, is found piece by piece in order; a sentence in no chunk is encoded."""
+def test_sentences_are_cut_from_their_chunks_pieces_encoded_once(monkeypatch: Any) -> None:
+    """An answer encodes its passages' chunks once (search.late.exact_pieces, which retrieval's exact pass has
+    usually filled already) and cuts each sentence's word pieces from them, read in the passage's context. A table
+    row rejoined with dashes, or a sentence whose markup was cleaned out, is found piece by piece in order; a
+    sentence in no chunk is encoded on its own."""
     from chat import sentences as scoring
-    from kb.text import embedding
-    from kb.text.pieces import unpack
+    from search import late
 
     chunk, src = ingested_source(GUIDE, "export-guide.md")
     parts = units(1, src.text)
     stranger = "Nothing in this guide mentions quarterly payroll reconciliation."
-    found = scoring.stored_pieces([src], [u.text for u in parts] + [stranger], [1] * (len(parts) + 1))
-    stored = unpack(chunk.late_vectors, embedding.dimensions())
-    ids = embedding.piece_ids([chunk.text])[0]
+    found = scoring.passage_pieces([src], [u.text for u in parts] + [stranger], [1] * (len(parts) + 1))
+    exact, = late.exact_pieces([(chunk.pk, chunk.text)])
+    stored, ids = exact.vectors, exact.ids
     assert found[-1] is None  # in no chunk: encoded
     cleaned = 0
     for unit, vectors in zip(parts, found, strict=False):
@@ -339,45 +340,15 @@ def test_sentences_are_scored_with_their_chunks_stored_vectors_not_encoded_again
     prompt = build_prompt(question="Which formats does the Export dialog offer?", intent=SCREEN, sources=[src])
     text = "".join(ExtractiveBackend().generate(prompt))
     assert text.startswith("The Export button opens the Export dialog, which has two tabs, CSV and PDF [1]."), text
-    assert encoded == []  # every sentence, row and cleaned one included, came from the stored vectors
+    assert encoded == []  # every sentence, row and cleaned one included, came from the chunk encoded before
 
 
-def test_sentences_are_found_by_the_piece_ids_stored_at_ingest_and_older_chunks_are_tokenized(
-        monkeypatch: Any) -> None:
-    """The chunk's word-piece ids come from the ingest pass, so an answer tokenizes only its sentences;
-    a chunk indexed before the ids were stored has its text tokenized, with the same result."""
-    from chat import sentences as scoring
-    from kb.library.models import Chunk
-    from kb.text import embedding
-    from kb.text.pieces import unpack_ids
-
-    chunk, src = ingested_source(GUIDE, "export-guide.md")
-    assert [unpack_ids(chunk.piece_ids)] == embedding.piece_ids([chunk.text])
-    texts = [u.text for u in units(1, src.text)]
-    tokenized: list[str] = []
-    real = embedding.piece_ids
-
-    def spy(batch: list[str]) -> list[list[int]]:
-        tokenized.extend(batch)
-        return real(batch)
-
-    monkeypatch.setattr(embedding, "piece_ids", spy)
-    with_ids = scoring.stored_pieces([src], texts, [1] * len(texts))
-    assert chunk.text not in tokenized and all(v is not None for v in with_ids)
-    Chunk.objects.filter(pk=chunk.pk).update(piece_ids=None)
-    without = scoring.stored_pieces([src], texts, [1] * len(texts))
-    assert chunk.text in tokenized
-    assert all(a is not None and b is not None and (a == b).all() for a, b in zip(with_ids, without, strict=True))
-
-
-def test_a_code_block_longer_than_a_chunk_is_scored_with_the_stored_vectors_of_every_chunk_it_spans(
-        monkeypatch: Any) -> None:
+def test_a_code_block_longer_than_a_chunk_is_cut_from_every_chunk_it_spans(monkeypatch: Any) -> None:
     """A long code block is cut over several chunks, so it is a run of no single chunk; it used to be
-    encoded on the spot (~60 ms a block here). Its vectors are now the stored runs, chunk after chunk."""
+    encoded on its own (~60 ms a block here). Its vectors are the chunks' runs, chunk after chunk."""
     from chat import sentences as scoring
     from kb.library.models import Chunk
-    from kb.text import embedding
-    from kb.text.pieces import unpack, unpack_ids
+    from search import late
     from tests.factories import ingested_document
 
     lines = [f"<string>-Drefine.o{n}=x{n * 7}</string>" for n in range(40)]  # ~0.5 word pieces a character
@@ -389,15 +360,16 @@ def test_a_code_block_longer_than_a_chunk_is_scored_with_the_stored_vectors_of_e
                  end=max(c.end for c in chunks), page=None, distance=0.2)
     [code] = [u for u in units(1, src.text) if u.kind == "code"]
     [wanted] = embedding.piece_ids([code.text.removesuffix(" …")])
-    holding = [c for c in chunks if set(wanted[:20]) <= set(unpack_ids(c.piece_ids))]
-    assert len(chunks) >= 2 and not any(scoring._as_text(wanted) in scoring._as_text(unpack_ids(c.piece_ids))
-                                        for c in chunks), "the block must be longer than a chunk for this test"
+    pieces = late.exact_pieces([(c.pk, c.text) for c in chunks])
+    holding = [p for p in pieces if set(wanted[:20]) <= set(p.ids)]
+    assert len(chunks) >= 2 and not any(scoring._as_text(wanted) in scoring._as_text(p.ids) for p in pieces), (
+        "the block must be longer than a chunk for this test")
     assert holding
 
-    [vectors] = scoring.stored_pieces([src], [code.text], [1])
+    [vectors] = scoring.passage_pieces([src], [code.text], [1])
     assert vectors is not None and len(vectors) == len(wanted)
-    stored = {tuple(v) for c in chunks for v in unpack(c.late_vectors, embedding.dimensions())}
-    assert all(tuple(v) in stored for v in vectors)  # cut from the chunks' own vectors, none encoded
+    stored = {tuple(v) for p in pieces for v in p.vectors}
+    assert all(tuple(v) in stored for v in vectors)  # cut from the chunks' own vectors, none encoded on its own
 
     encoded = encodings(monkeypatch)
     "".join(ExtractiveBackend().generate(build_prompt(question="Which string sets refine.o12?",

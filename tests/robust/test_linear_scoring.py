@@ -66,7 +66,7 @@ def scored(document: Document, sentences: int) -> list[Any]:
     src = Source(number=1, chunk_id=chunks[0].pk, document_id=document.pk, document_title=document.title,
                  label="Manual > Procedures", text=text[start:end], start=start, end=end, page=None, distance=0.2)
     texts = [u.text for u in units(1, src.text)]
-    pieces = scoring.stored_pieces([src], texts, [1] * len(texts))
+    pieces = scoring.passage_pieces([src], texts, [1] * len(texts))
     scoring.score("Which value does the procedure set?", texts, [1] * len(texts), vectors=pieces)
     return pieces
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from search.retrieval import hybrid_search, identifiers
+from kb.text.identifiers import identifiers
+from search.retrieval import hybrid_search
 from tests.factories import ingested_document
 
 

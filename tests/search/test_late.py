@@ -6,12 +6,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from django.db import connection
 
 from kb.library.ingest.pipeline import ingest
 from kb.library.models import Chunk, Document
 from kb.library.selectors import documents_stale
 from kb.text import embedding
-from kb.text.pieces import pack, unpack
+from kb.text.pieces import MAGIC, pack, spelled, unpack, words
 from search import late
 from search.retrieval import WORD, SearchOptions, hybrid_search
 from search.stats import gin_indexes, lexeme_stats_refresh
@@ -69,38 +70,96 @@ def test_only_the_top_hits_are_reordered_and_the_rest_keep_their_place(people: d
     assert "quartz seal" in result.hits[0].content
 
 
-def test_chunk_vectors_come_from_the_index_without_encoding(db: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_chunk_vectors_are_one_coarse_vector_per_content_word_read_without_encoding(
+        db: None, monkeypatch: pytest.MonkeyPatch) -> None:
     ingested_document(DEPOT, "depot.md")
     chunks = list(Chunk.objects.order_by("ordinal").values_list("pk", "text"))
-    encoded = embedding.token_vectors([text for _, text in chunks])
+    exact = [p.vectors for p in late.exact_pieces(chunks)]
+    tokens = [[embedding.tokenizer().id_to_token(i) for i in ids] for ids in embedding.piece_ids([t for _, t in chunks])]
 
     def no_encoding(texts: list[str]) -> list[np.ndarray]:
         raise AssertionError(f"encoded {len(texts)} texts at query time")
 
     monkeypatch.setattr(embedding, "token_vectors", no_encoding)
     stored = late.chunk_vectors(chunks)
-    for got, want in zip(stored, encoded, strict=True):
-        assert got.shape == want.shape
-        assert np.min(np.sum(got * want, axis=1) / np.linalg.norm(got, axis=1)) > 0.999  # int8 keeps the direction
+    every = sorted({spelled(t, places) for t in tokens for places in words(t)})
+    with connection.cursor() as cursor:  # no lexeme in English: the words the query side weighs 0
+        cursor.execute("SELECT w FROM unnest(%s::text[]) w WHERE length(to_tsvector('english', w)) = 0", [every])
+        stop = {w for (w,) in cursor.fetchall()}
+    assert {"the", "of", "."} <= stop and not {"quartz", "pallets", "bay"} & stop
+    for got, pieces, spelled_tokens in zip(stored, exact, tokens, strict=True):
+        content = [places for places in words(spelled_tokens) if spelled(spelled_tokens, places) not in stop]
+        assert len(got) == len(content) < len(pieces)  # stop words and punctuation left out, a vector a word
+        means = np.stack([pieces[places].mean(axis=0) for places in content])
+        cosines = np.sum(got * means, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(means, axis=1)
+        assert cosines.min() > 0.6 and np.median(cosines) > 0.75  # sign bits keep the direction, roughly
+        assert (np.sign(got) == np.where(means >= 0, 1, -1)).all()
 
 
-def test_a_chunk_indexed_before_the_stage_is_encoded_and_its_document_is_stale(db: None) -> None:
+def test_a_chunk_in_the_format_before_is_scored_on_exact_pieces_and_its_document_is_stale(db: None) -> None:
     ingested_document(DEPOT, "depot.md")
-    Chunk.objects.update(late_vectors=None)
-    Document.objects.update(late_version=None)
-    assert documents_stale().count() == 1
     (cid, text), = Chunk.objects.order_by("ordinal").values_list("pk", "text")[:1]
+    int8_format = np.array([0.003], dtype="<f4").tobytes() + bytes(384 * 3)
+    Chunk.objects.update(late_vectors=int8_format)
+    Document.objects.update(late_version=1)
+    assert documents_stale().count() == 1
     vectors, = late.chunk_vectors([(cid, text)])
-    assert np.allclose(vectors, embedding.token_vectors([text])[0])
+    assert np.allclose(vectors, embedding.token_vectors([text])[0], atol=1e-5)
 
 
-def test_pack_round_trip_is_a_quarter_of_float32() -> None:
-    vectors = embedding.token_vectors(["The night guard checks the quartz seal on the east gate every hour."])[0]
-    packed = pack(vectors)
-    assert len(packed) == 4 + vectors.size  # one float32 scale, then a byte per value
+def test_exact_pieces_are_encoded_once_per_text(db: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The answer scores the sentences of the passages retrieval has just scored exactly: not encoded twice. An
+    edited chunk (its text, under the same id) is encoded again."""
+    encoded: list[str] = []
+    real = embedding.token_vectors
+
+    def counting(texts: list[str]) -> list[np.ndarray]:
+        encoded.extend(texts)
+        return real(texts)
+
+    monkeypatch.setattr(embedding, "token_vectors", counting)
+    first, = late.exact_pieces([(-1, "The night guard checks the quartz seal.")])
+    again, = late.exact_pieces([(-1, "The night guard checks the quartz seal.")])
+    edited, = late.exact_pieces([(-1, "The day guard checks the quartz seal.")])
+    assert encoded == ["The night guard checks the quartz seal.", "The day guard checks the quartz seal."]
+    assert again is first and not first.vectors.flags.writeable
+    assert first.ids == embedding.piece_ids(["The night guard checks the quartz seal."])[0] != edited.ids
+
+
+def test_the_exact_pass_orders_the_top_hits_on_exact_pieces(people: dict[str, Any]) -> None:
+    """Coarse codes order the late stage's candidates; its first late_exact are scored on exact pieces, so their
+    late scores equal late.scores over the pieces encoded at query time."""
+    ingested_document(DEPOT, "depot.md")
+    query = "Who checks the quartz seal on the east gate?"
+    result = hybrid_search(user=people["carol"], query=query,
+                           options=SearchOptions(late_depth=8, late_exact=3, threshold=1.0, answerability=False))
+    head = result.hits[:3]
+    texts = dict(Chunk.objects.values_list("pk", "text"))
+    pieces = embedding.embed_query(query)[1]
+    exact = late.scores(pieces, late.query_weights(query, spans(query)),
+                        [p.vectors for p in late.exact_pieces([(h.chunk_id, texts[h.chunk_id]) for h in head])])
+    assert [h.late_score for h in head] == pytest.approx(exact, abs=1e-6)
+    combined = [h.late_score + 1 - h.distance for h in head]
+    assert combined == sorted(combined, reverse=True) and "quartz seal" in head[0].content
+    coarse = late.scores(pieces, late.query_weights(query, spans(query)), late.chunk_vectors(
+        [(h.chunk_id, texts[h.chunk_id]) for h in result.hits[3:8]]))
+    assert [h.late_score for h in result.hits[3:8]] == pytest.approx(coarse, abs=1e-6)
+
+
+def test_pack_keeps_a_word_a_vector_in_sign_bits() -> None:
+    text = "The night guard checks the quartz seal on the east gate every hour."
+    vectors = embedding.token_vectors([text])[0]
+    tokens = [embedding.tokenizer().id_to_token(i) for i in embedding.piece_ids([text])[0]]
+    packed = pack(vectors, tokens, stop={"the", "on", "every", "."})
+    kept = [places for places in words(tokens) if spelled(tokens, places) not in {"the", "on", "every", "."}]
+    assert len(packed) == len(MAGIC) + 2 + len(kept) * (2 + vectors.shape[1] // 8)  # 50 bytes a word
     restored = unpack(packed, vectors.shape[1])
-    assert np.abs(restored - vectors).max() <= np.abs(vectors).max() / 254 + 1e-7  # half a quantization step
-    assert unpack(pack(np.zeros((0, 384), dtype=np.float32)), 384).shape == (0, 384)
+    assert restored is not None and restored.shape == (len(kept), vectors.shape[1])
+    means = np.stack([vectors[places].mean(axis=0) for places in kept])
+    assert (np.sign(restored) == np.where(means >= 0, 1, -1)).all()
+    assert np.allclose(np.abs(restored).mean(axis=1), np.abs(means).mean(axis=1), rtol=1e-3)
+    assert unpack(pack(vectors, tokens, stop=set(spelled(tokens, p) for p in words(tokens))), 384).shape == (0, 384)
+    assert unpack(np.array([0.003], dtype="<f4").tobytes() + bytes(384), 384) is None  # the int8 format before
 
 
 def test_depth_zero_turns_the_stage_off_everywhere(people: dict[str, Any], settings: Any) -> None:
@@ -135,7 +194,7 @@ def pending_pages_merged(index: str) -> int:
 def test_the_refresh_after_indexing_merges_new_chunks_into_the_indexes_searches_read(db: None) -> None:
     """Searches scan a GIN index's pending list in full: indexing leaves new chunks there, the refresh empties it."""
     indexes = gin_indexes()
-    assert {"kb_chunk_search_gin", "kb_chunk_text_trgm", "kb_chunk_acl_gin", "kb_document_acl_gin"} <= set(indexes)
+    assert {"kb_chunk_search_gin", "kb_chunk_identifiers_trgm", "kb_chunk_acl_gin", "kb_document_acl_gin"} <= set(indexes)
     assert ingest(uploaded_document(DEPOT, "depot.md").pk) == Document.Status.READY  # no refresh after it
     assert sum(pending_pages_merged(index) for index in indexes) > 0  # what an ingest leaves pending
     assert ingest(uploaded_document(DEPOT.replace("Depot", "Warehouse"), "warehouse.md").pk) == Document.Status.READY

@@ -13,7 +13,8 @@ from django.test.utils import CaptureQueriesContext
 from accounts.tokens import token_create
 from kb.library.models import Document, Folder
 from kb.library.services import document_set_access, folder_set_access
-from search.retrieval import SearchOptions, hybrid_search, identifiers
+from kb.text.identifiers import identifiers
+from search.retrieval import SearchOptions, hybrid_search
 from tests.factories import ingested_document
 
 SECRET = (

@@ -14,8 +14,7 @@ from kb.library.ingest.chunking import Draft
 from kb.library.ingest.extract import Extracted, Heading
 from kb.library.ingest.version import current_index_version
 from kb.library.models import Chunk, Document
-from kb.text import language
-from kb.text.pieces import pack, pack_ids
+from kb.text import identifiers, language
 
 
 class Superseded(Exception):
@@ -33,8 +32,7 @@ def replace_chunks(
     audiences: Sequence[str],
     vectors: np.ndarray,
     version: int,
-    pieces: Sequence[np.ndarray],
-    piece_ids: Sequence[np.ndarray],
+    late: Sequence[bytes],
     multilingual: Sequence[np.ndarray | None],
     detected: str,
     chunks_detected: Sequence[str],
@@ -78,15 +76,15 @@ def replace_chunks(
                 tokens=draft.tokens,
                 embedding=vector,
                 multilingual_embedding=other,
-                late_vectors=pack(piece_vectors),
-                piece_ids=pack_ids(ids),
+                late_vectors=coarse,
+                identifiers=identifiers.searchable(draft.text),
                 acl=acl,
                 language=chunk_language,
                 search_config=config,
                 search_text=language.search_text(draft.text, config),
             )
-            for draft, audience, vector, piece_vectors, ids, other, chunk_language, config in zip(
-                drafts, audiences, vectors, pieces, piece_ids, multilingual, languages, configs, strict=True
+            for draft, audience, vector, coarse, other, chunk_language, config in zip(
+                drafts, audiences, vectors, late, multilingual, languages, configs, strict=True
             )
         ],
         batch_size=500,

@@ -16,6 +16,7 @@ from functools import partial
 import numpy as np
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
+from django.db import connection
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
@@ -124,25 +125,24 @@ def ingest(document_id: int, *, worker: str = "") -> str:
         todo = sorted({text for text in texts if text not in kept})
         chunks_detected = language.chunk_languages([draft.content for draft in drafts], detected)
         foreign = _multilingual_texts(document, drafts, chunks_detected)
-        todo_foreign = sorted(text for text in foreign if text not in kept or kept[text][3] is None)
+        todo_foreign = sorted(text for text in foreign if text not in kept or kept[text][2] is None)
         _current(document_id, version).update(progress_done=0, progress_total=len(todo) + len(todo_foreign))
         _enter(document_id, version, stage)
         if todo:
             fresh = zip(todo, *_embed_with_progress(document_id, version, todo), strict=True)
-            kept.update((text, (vector, piece_vectors, ids, None)) for text, vector, piece_vectors, ids in fresh)
+            kept.update((text, (vector, late, None)) for text, vector, late in fresh)
         began = time.perf_counter()
         for text, other in zip(todo_foreign, _embed_multilingual(document_id, version, todo_foreign, len(todo)),
                                strict=True):
-            kept[text] = (*kept[text][:3], other)
+            kept[text] = (*kept[text][:2], other)
         spent = time.perf_counter() - began
         vectors = np.stack([kept[text][0] for text in texts])
-        pieces, piece_ids = [kept[text][1] for text in texts], [kept[text][2] for text in texts]
         clock.lap("embed", within={"embed_multilingual": spent} if todo_foreign else None)
 
         indexing.replace_chunks(
             document=document, title=title, extracted=extracted, headings=shown_headings, drafts=drafts,
-            audiences=audiences, vectors=vectors, version=version, pieces=pieces, piece_ids=piece_ids,
-            multilingual=[kept[text][3] for text in texts], detected=detected, chunks_detected=chunks_detected,
+            audiences=audiences, vectors=vectors, version=version, late=[kept[text][1] for text in texts],
+            multilingual=[kept[text][2] for text in texts], detected=detected, chunks_detected=chunks_detected,
         )
         clock.lap("write")
         _current(document_id, version).update(stage_seconds=clock.seconds, chunks_reused=len(texts) - len(todo))
@@ -221,30 +221,40 @@ def _embed_multilingual(document_id: int, version: int, texts: list[str], done: 
     return out
 
 
-def _embed_with_progress(document_id: int, version: int,
-                         texts: list[str]) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+def _embed_with_progress(document_id: int, version: int, texts: list[str]) -> tuple[np.ndarray, list[bytes]]:
     """Embed in slices, reporting `progress_done` after each so the library can show n/m.
 
-    Returns each text's vector, its word-piece vectors (for late interaction) and their ids, from the same pass."""
-    parts, pieces, ids = [], [], []
+    Returns each text's vector and its late stage's coarse word vectors (kb.text.pieces), from the same pass."""
+    parts: list[np.ndarray] = []
+    late: list[bytes] = []
     for start in range(0, len(texts), PROGRESS_EVERY):
         vectors, slice_pieces, slice_ids = embedding.embed_with_pieces(texts[start : start + PROGRESS_EVERY])
         parts.append(vectors)
-        pieces.extend(slice_pieces)
-        ids.extend(slice_ids)
+        late.extend(late_codes(slice_pieces, slice_ids))
         _current(document_id, version).update(
             progress_done=min(start + PROGRESS_EVERY, len(texts)), updated_at=timezone.now()
         )
         publish_document_status(document_id)
-    return np.concatenate(parts), pieces, ids
+    return np.concatenate(parts), late
 
 
-def _previous_vectors(
-    document: Document, texts: set[str]
-) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]:
+def late_codes(pieces: Sequence[np.ndarray], ids: Sequence[np.ndarray]) -> list[bytes]:
+    """Each text's coarse word vectors without its stop words and punctuation: the words with no lexeme in
+    PostgreSQL's English configuration, which the query side weighs 0 (search.late); other languages' stop
+    words are kept, at a few bytes each."""
+    vocabulary = embedding.tokenizer()
+    spelled = [[vocabulary.id_to_token(int(i)) or "" for i in row] for row in ids]
+    words = sorted({pieces_format.spelled(tokens, places) for tokens in spelled for places in pieces_format.words(tokens)})
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT w FROM unnest(%s::text[]) AS w WHERE length(to_tsvector('english', w)) = 0", [words])
+        stop = {w for (w,) in cursor.fetchall()}
+    return [pieces_format.pack(vectors, tokens, stop) for vectors, tokens in zip(pieces, spelled, strict=True)]
+
+
+def _previous_vectors(document: Document, texts: set[str]) -> dict[str, tuple[np.ndarray, bytes, np.ndarray | None]]:
     """The stored vectors of the version being replaced, by chunk text, for the texts wanted again: a chunk
     whose text did not change keeps them (editing one paragraph re-embeds a few chunks, not the manual).
-    Only from an index built by the running models and word-piece format, and only chunks with piece ids."""
+    Only from an index built by the running models and late format."""
     stamp = current_index_version()
     if (document.embedding_model, document.embedding_dimensions, document.late_version,
             document.multilingual_model) != (stamp.embedding_model, stamp.embedding_dimensions, stamp.late_version,
@@ -253,11 +263,10 @@ def _previous_vectors(
     kept = {}
     old = Chunk.objects.filter(document_id=document.pk)
     wanted = {pk for pk, text in old.values_list("pk", "text") if text in texts}
-    rows = old.filter(pk__in=wanted).values_list("text", "embedding", "late_vectors", "piece_ids", "multilingual_embedding")
-    for text, vector, late, ids, other in rows:
-        if late is not None and ids:  # a multilingual vector it lacks and needs is computed (todo_foreign)
-            kept[text] = (np.asarray(vector, dtype=np.float32), pieces_format.unpack(late, stamp.embedding_dimensions),
-                          np.asarray(pieces_format.unpack_ids(ids), dtype=np.int32),
+    rows = old.filter(pk__in=wanted).values_list("text", "embedding", "late_vectors", "multilingual_embedding")
+    for text, vector, late, other in rows:
+        if late is not None:  # a multilingual vector it lacks and needs is computed (todo_foreign)
+            kept[text] = (np.asarray(vector, dtype=np.float32), bytes(late),
                           None if other is None else np.asarray(other, dtype=np.float32))
     return kept
 
