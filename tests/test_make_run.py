@@ -160,7 +160,9 @@ def test_make_run_serves_the_app_and_leaves_nothing_behind(tmp_path: Path) -> No
         seen |= {int((var_dir / "pg" / "postmaster.pid").read_text().split()[0])}
         seen |= {int((var_dir / "redis" / "redis.pid").read_text().strip())}
         assert len(seen) >= 7  # make, launcher, daphne, celery + its child, celery beat, postgres, redis
-        assert any("beat" in child.cmdline() for child in root.children(recursive=True))  # due source syncs
+        children = [child.cmdline() for child in root.children(recursive=True)]
+        assert any("beat" in cmdline for cmdline in children)  # due source syncs
+        assert any("watch_sources" in cmdline for cmdline in children)  # watched folders (issue 51)
 
         os.killpg(launcher.pid, signal.SIGINT)  # what Ctrl-C in the terminal sends
         launcher.wait(90)  # make itself dies of the SIGINT; the launcher under it cleans up

@@ -45,6 +45,7 @@ from kb.library.sources.secrets import WEBHOOK, secret_state
 from kb.library.sources.selectors import lag_of, sources_lag, with_lag
 from kb.library.sources.services import (
     SourceNameTaken,
+    SourceNotWatchable,
     SourceRejected,
     every_text,
     location_reachable_check,
@@ -528,10 +529,14 @@ class SourceAddForm(forms.ModelForm):
 
     class Meta:
         model = Source
-        fields = ("name", "kind", "location", "branch", "path", "folder", "include", "exclude", "shrink_guard")
+        fields = ("name", "kind", "location", "branch", "path", "folder", "include", "exclude", "shrink_guard", "watch")
+        labels = {"watch": gettext_lazy("Watch")}
         help_texts = {
             "location": gettext_lazy("Folder: a directory on the server (not on your computer), under one the "
                                      "operator allows; Git: a repository URL; site: a start URL"),
+            "watch": gettext_lazy("Folder: sync a few seconds after a file in the directory is saved, not only on "
+                                  "the schedule (the watcher, manage.py watch_sources). Git sources take push "
+                                  "webhooks instead; a site cannot be watched."),
         }
 
     def clean(self) -> dict[str, Any]:
@@ -545,9 +550,12 @@ class SourceAddForm(forms.ModelForm):
         try:
             source_check(name=data.get("name", ""), kind=data.get("kind", ""), location=data.get("location", ""),
                          folder_name=data["folder"].name, path=data.get("path", ""),
-                         shrink_guard=data.get("shrink_guard", 0.5), operator=False, branch=data.get("branch", ""))
+                         shrink_guard=data.get("shrink_guard", 0.5), operator=False, branch=data.get("branch", ""),
+                         watch=bool(data.get("watch")))
             location_reachable_check(kind=data.get("kind", ""), location=data.get("location", ""),
                                      secret=data.get("credential", ""))
+        except SourceNotWatchable as exc:
+            self.add_error("watch", str(exc))
         except SourceRejected as exc:
             field = "location" if "location" in self.fields and _about_location(exc) else None
             self.add_error(field, str(exc))
@@ -574,7 +582,7 @@ class SourceAdmin(StaffRuleMixin, admin.ModelAdmin):
     list_filter = ("kind", "last_status")
     search_fields = ("name",)
     fields = ("name", "kind", "shown_location", "secret_state", "branch", "path", "folder", "include", "exclude",
-              "schedule", "shrink_guard", "last_run", "last_reason", "last_started_at", "last_finished_at",
+              "schedule", "watch", "shrink_guard", "last_run", "last_reason", "last_started_at", "last_finished_at",
               "last_success_at", "index_lag", "failed_files", "webhook_url", "webhook_state", "last_push", "recent_pushes")
     readonly_fields = fields
     webhook_fields = ("webhook_url", "webhook_state", "last_push", "recent_pushes")
@@ -595,6 +603,8 @@ class SourceAdmin(StaffRuleMixin, admin.ModelAdmin):
         if obj is None:
             return (*SourceAddForm.Meta.fields, "every_text", "credential", "hook_secret")
         fields = super().get_fields(request, obj)
+        if obj.kind != Source.Kind.FOLDER:
+            fields = [f for f in fields if f != "watch"]  # only a folder on this server can be watched
         return fields if obj.kind == Source.Kind.GIT else [f for f in fields if f not in self.webhook_fields]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
@@ -615,7 +625,8 @@ class SourceAdmin(StaffRuleMixin, admin.ModelAdmin):
         created = source_create(name=data["name"], kind=data["kind"], location=data["location"],
                                 folder_name=data["folder"].name, branch=data.get("branch", ""), path=data.get("path", ""),
                                 include=data.get("include") or [], exclude=data.get("exclude") or [], every=data["every"],
-                                shrink_guard=data["shrink_guard"], secret=data.get("credential", ""), operator=False)
+                                shrink_guard=data["shrink_guard"], secret=data.get("credential", ""), operator=False,
+                                watch=bool(data.get("watch")))
         if data.get("hook_secret"):
             webhook_secret_set(source=created, secret=data["hook_secret"])
         obj.pk = created.pk
@@ -654,8 +665,9 @@ class SourceAdmin(StaffRuleMixin, admin.ModelAdmin):
 
     @admin.display(description=gettext_lazy("Every"), ordering="every")
     def schedule(self, obj: Source) -> str:
-        """The schedule as it is written when added (15m, not 900)."""
-        return every_text(obj.every) or gettext("by hand")
+        """The schedule as it is written when added (15m, not 900), and whether a saved file syncs it at once."""
+        when = every_text(obj.every) or gettext("by hand")
+        return gettext("%(schedule)s · watched") % {"schedule": when} if obj.watch else when
 
     @admin.display(description=gettext_lazy("Credential"))
     def secret_state(self, obj: Source) -> str:

@@ -53,6 +53,9 @@ GLOB = Field(min_length=1, max_length=500, pattern=NO_NUL)
 CREDENTIAL_HELP = ("A token or password for the location (git over https, a site), sent only to it; write-only: "
                       "never shown back, and dropped when the location changes. The KB_SOURCE_<NAME>_TOKEN setting "
                       "(or its _FILE) takes precedence")
+WATCH_HELP = ("Folder: watch the directory and sync a few seconds after a file is saved (`manage.py watch_sources`; "
+              "docs/OPERATIONS.md, \"Watched folders\"); the schedule stays the safety net. Refused (400) on a git or "
+              "site source: only a directory on this server can be watched; a Git source takes push webhooks")
 WEBHOOK_HELP = ("Git: the secret a forge signs its push webhooks with (GitHub, Gitea: the webhook's secret; GitLab: "
                 "its secret token); write-only. The KB_SOURCE_<NAME>_WEBHOOK_SECRET setting (or its _FILE) takes "
                 "precedence. Without one, pushes are refused")
@@ -82,6 +85,7 @@ class SourceIn(StrictIn):
                               description="Schedule: 90s, 15m, 2h, 1d (at least 60 s); null: by hand", examples=["15m"])
     shrink_guard: float = Field(default=0.5, ge=0, le=1, description="A run that would delete more than this share "
                                 "of the source's documents waits for a confirmed run", examples=[0.5])
+    watch: bool = Field(default=False, description=WATCH_HELP, examples=[True])
     secret: str = Field(default="", max_length=2000, pattern=NO_NUL, description=CREDENTIAL_HELP,
                         examples=["glpat-XXXXXXXXXXXXXXXXXXXX"], json_schema_extra={"writeOnly": True})
     webhook_secret: str = Field(default="", max_length=2000, pattern=NO_NUL, description=WEBHOOK_HELP,
@@ -101,6 +105,7 @@ class SourceChangeIn(StrictIn):
     every: str | None = Field(default=None, max_length=20, pattern=NO_NUL,
                               description="90s, 15m, 2h, 1d; null or empty: by hand only", examples=["1h"])
     shrink_guard: float | None = Field(default=None, ge=0, le=1, examples=[0.5])
+    watch: bool | None = Field(default=None, description=WATCH_HELP, examples=[False])
     secret: str | None = Field(default=None, max_length=2000, pattern=NO_NUL,
                                description=CREDENTIAL_HELP + "; an empty string removes it",
                                examples=["glpat-XXXXXXXXXXXXXXXXXXXX"], json_schema_extra={"writeOnly": True})
@@ -175,6 +180,8 @@ class SourceOut(Schema):
     exclude: list[str] = Field(examples=[["docs/drafts/*"]])
     every_seconds: int | None = Field(description="Seconds between scheduled runs; null: by hand", examples=[900])
     shrink_guard: float = Field(examples=[0.5])
+    watch: bool = Field(description="Folder: synced a few seconds after a file is saved, not only on its schedule",
+                        examples=[False])
     documents: int = Field(description="Documents it keeps in the folder", examples=[118])
     credential: str = Field(description="Whether a token or password is set, and by what; never the value",
                             examples=["not set", "set", "set by KB_SOURCE_HANDBOOK_TOKEN"])
@@ -248,6 +255,7 @@ def _out(source: Source, lag: SourceLag | None = None) -> dict[str, Any]:
         "exclude": source.exclude,
         "every_seconds": source.every,
         "shrink_guard": source.shrink_guard,
+        "watch": source.watch,
         "documents": count if count is not None else source.documents.count(),
         "credential": secret_state(source),
         "last_run": {
@@ -315,7 +323,7 @@ def source_add(request: HttpRequest, payload: SourceIn) -> Status[dict[str, Any]
     source = source_create(name=payload.name, kind=payload.kind, location=payload.location, folder_name=folder.name,
                            branch=payload.branch, path=payload.path, include=payload.include,
                            exclude=payload.exclude, every=_every(payload.every), shrink_guard=payload.shrink_guard,
-                           secret=payload.secret, operator=False)
+                           secret=payload.secret, operator=False, watch=payload.watch)
     if payload.webhook_secret:
         webhook_secret_set(source=source, secret=payload.webhook_secret)
     return Status(201, _fresh(request, source))
@@ -338,7 +346,7 @@ def source_edit(request: HttpRequest, pk: int, payload: SourceChangeIn) -> dict[
     webhook_secret = changes.pop("webhook_secret", None)
     if "every" in changes:
         changes["every"] = _every(changes["every"])
-    for field in ("name", "location", "branch", "path", "include", "exclude", "shrink_guard"):
+    for field in ("name", "location", "branch", "path", "include", "exclude", "shrink_guard", "watch"):
         if field in changes and changes[field] is None:
             raise HttpError(400, gettext("%(field)s: give a value, or leave the field out to keep it") % {"field": field})
     source_change(source=source, **changes)

@@ -144,7 +144,8 @@ def render(sections: dict[str, dict[str, Setting]]) -> str:
         "named by `NAME_FILE` (Docker and Kubernetes secrets). Defaults are as written in the code.",
         "",
         "A source's credential has a setting named after the source: `KB_SOURCE_<NAME>_TOKEN` (or its `_FILE`),",
-        "NAME in capitals with other characters as `_` (kb/library/sources/secrets.py; docs/SOURCES.md).",
+        "and a Git source's push webhook secret `KB_SOURCE_<NAME>_WEBHOOK_SECRET` (or its `_FILE`), NAME in",
+        "capitals with other characters as `_` (kb/library/sources/secrets.py; docs/SOURCES.md).",
         "",
     ]
     for section, settings in sections.items():

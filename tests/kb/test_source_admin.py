@@ -77,3 +77,29 @@ def test_without_the_add_permission_there_is_no_add_form(people: dict[str, Any],
     assert client.get("/admin/kb/source/add/").status_code == 403
     assert client.post("/admin/kb/source/add/", {**FORM, "folder": folders["engineering"].pk}).status_code == 403
     assert not Source.objects.exists()
+
+
+def test_a_folder_source_added_watched_is_saved_so_and_a_git_one_is_refused_beside_the_box(
+    people: dict[str, Any], folders: dict[str, Folder], settings: Any, tmp_path: Any
+) -> None:
+    settings.KB_SOURCE_FOLDER_ROOTS = [str(tmp_path)]
+    client = staff_adder(people["alice"])
+    assert 'name="watch"' in client.get("/admin/kb/source/add/").content.decode()
+
+    git = client.post("/admin/kb/source/add/", {**FORM, "watch": "on", "folder": folders["engineering"].pk})
+    assert git.status_code == 200 and not Source.objects.exists()
+    errors = git.context["adminform"].form.errors
+    assert "only a folder source" in errors["watch"][0] and "push webhook" in errors["watch"][0]
+
+    folder = {**FORM, "name": "share", "kind": "folder", "location": str(tmp_path), "branch": "", "credential": "",
+              "watch": "on", "folder": folders["engineering"].pk}
+    assert client.post("/admin/kb/source/add/", folder).status_code == 302
+    source = Source.objects.get(name="share")
+    assert source.watch is True
+    listing = client.get("/admin/kb/source/").content.decode()
+    assert "15m · watched" in listing
+    detail = client.get(f"/admin/kb/source/{source.pk}/change/").content.decode()
+    assert "field-watch" in detail
+    repo = Source.objects.create(name="repo", kind="git", location="https://git.example.com/x.git",
+                                 folder=folders["engineering"])
+    assert "field-watch" not in client.get(f"/admin/kb/source/{repo.pk}/change/").content.decode()

@@ -301,6 +301,39 @@ def test_source_commands_add_list_and_remove(tmp_path: Path, public_folder: Fold
     assert not Source.objects.exists() and not Document.objects.exists() and not indexed("ninety-four euros")
 
 
+def test_source_commands_watch_a_folder_and_refuse_to_watch_a_repository(tmp_path: Path, public_folder: Folder) -> None:
+    """`source add --watch`, `source change --watch/--no-watch` (issue 51) and `source list` showing it."""
+    out = StringIO()
+    call_command("source", "add", "share", "--kind", "folder", "--location", str(tmp_path), "--folder", "Handbook",
+                 "--every", "15m", "--watch", stdout=out)
+    assert Source.objects.get(name="share").watch is True and "watched" in out.getvalue()
+    out = StringIO()
+    call_command("source", "list", stdout=out)
+    assert "\tevery 900s, watched\t" in out.getvalue()
+
+    call_command("source", "change", "share", "--no-watch", stdout=StringIO())
+    assert Source.objects.get(name="share").watch is False
+    out = StringIO()
+    call_command("source", "list", stdout=out)
+    assert "\tevery 900s\t" in out.getvalue() and "watched" not in out.getvalue()
+    call_command("source", "change", "share", "--watch", stdout=StringIO())
+    assert Source.objects.get(name="share").watch is True
+    with pytest.raises(CommandError, match="--watch or --no-watch"):
+        call_command("source", "change", "share")
+    with pytest.raises(CommandError, match="no source named"):
+        call_command("source", "change", "nowhere", "--watch")
+
+    with pytest.raises(CommandError, match="only a folder source .* push webhook"):
+        call_command("source", "add", "repo", "--kind", "git", "--location", "https://git.example.com/x.git",
+                     "--folder", "Handbook", "--watch")
+    assert not Source.objects.filter(name="repo").exists()
+    call_command("source", "add", "repo", "--kind", "git", "--location", "https://git.example.com/x.git",
+                 "--folder", "Handbook", stdout=StringIO())
+    with pytest.raises(CommandError, match="only a folder source"):
+        call_command("source", "change", "repo", "--watch")
+    assert Source.objects.get(name="repo").watch is False
+
+
 def test_a_folder_a_source_fills_is_not_deleted_from_under_it(people: dict[str, Any], tmp_path: Path,
                                                                public_folder: Folder) -> None:
     """The source would have nowhere to put its documents: refused with the source's name (was a 500)."""

@@ -269,3 +269,34 @@ def test_the_source_admin_shows_runs_and_queues_sync_now_for_readable_sources(sh
 
     assert manager.post(f"/admin/kb/source/{shelf['public'].pk}/delete/", {"post": "yes"}).status_code == 403
     assert Source.objects.filter(pk=shelf["public"].pk).exists() and Document.objects.filter(source=shelf["public"]).exists()
+
+
+def test_watch_a_folder_source_on_create_and_change_and_never_a_git_one(shelf: dict[str, Any], tmp_path: Path) -> None:
+    """`watch` (issue 51): set when added, switched on and off, shown back; refused on a Git source with why."""
+    manager = as_user(shelf["manager"])
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    created = send(manager, "post", "/api/sources", {"name": "docs", "kind": "folder", "location": str(docs),
+                                                     "folder": shelf["handbook"].pk, "watch": True})
+    assert created.status_code == 201, created.content
+    assert created.json()["watch"] is True and Source.objects.get(name="docs").watch is True
+    assert manager.get(f"/api/sources/{shelf['public'].pk}").json()["watch"] is False
+
+    pk = shelf["public"].pk
+    on = send(manager, "patch", f"/api/sources/{pk}", {"watch": True})
+    assert on.status_code == 200 and on.json()["watch"] is True and Source.objects.get(pk=pk).watch is True
+    untouched = send(manager, "patch", f"/api/sources/{pk}", {"every": "1h"})  # left out: it stays
+    assert untouched.json()["watch"] is True
+    assert send(manager, "patch", f"/api/sources/{pk}", {"watch": None}).status_code == 400
+    off = send(manager, "patch", f"/api/sources/{pk}", {"watch": False})
+    assert off.status_code == 200 and off.json()["watch"] is False and Source.objects.get(pk=pk).watch is False
+
+    git = {"name": "handbook", "kind": "git", "location": "https://git.example.com/docs/handbook.git",
+           "folder": shelf["handbook"].pk}
+    refused = send(manager, "post", "/api/sources", {**git, "watch": True})
+    assert refused.status_code == 400 and "only a folder source" in refused.json()["detail"]
+    assert "push webhook" in refused.json()["detail"] and not Source.objects.filter(name="handbook").exists()
+    repo = send(manager, "post", "/api/sources", git).json()
+    changed = send(manager, "patch", f"/api/sources/{repo['id']}", {"watch": True, "every": "1h"})
+    assert changed.status_code == 400 and "only a folder source" in changed.json()["detail"]
+    assert (Source.objects.get(name="handbook").watch, Source.objects.get(name="handbook").every) == (False, None)

@@ -154,7 +154,8 @@ SELECT md5(concat_ws('#',
   (SELECT string_agg(concat_ws(',', user_id, issuer, subject), '|' ORDER BY user_id, issuer, subject)
      FROM accounts_oidcidentity WHERE user_id <> %(attacker)s),
   (SELECT string_agg(concat_ws(',', id, name, kind, location, branch, path, folder_id, include::text, exclude::text,
-          every, shrink_guard, last_status), '|' ORDER BY id) FROM kb_source WHERE folder_id = ANY(%(folders)s)),
+          every, shrink_guard, last_status, watch::text, md5(secret), md5(webhook_secret)), '|' ORDER BY id)
+     FROM kb_source WHERE folder_id = ANY(%(folders)s)),
   (SELECT string_agg(concat_ws(',', id, reviewer_id, group_id, folder_id), '|' ORDER BY id) FROM chat_reviewgrant
      WHERE group_id = ANY(%(groups)s) OR folder_id = ANY(%(folders)s) OR reviewer_id = %(attacker)s),
   (SELECT string_agg(concat_ws(',', id, reviewer_id, reviewer_name, answer, surface, grants, at), '|' ORDER BY id)
@@ -226,7 +227,8 @@ class Guarded:
             for f in Folder.objects.filter(pk__in=self.folders).prefetch_related("groups", "users")
         }
         sources = sorted(Source.objects.filter(folder_id__in=self.folders).values_list(
-            "pk", "name", "kind", "location", "branch", "path", "include", "exclude", "every", "shrink_guard", "last_status"))
+            "pk", "name", "kind", "location", "branch", "path", "include", "exclude", "every", "shrink_guard", "last_status",
+            "watch"))
         conversations = sorted(Conversation.objects.filter(pk__in=self.conversations).values_list("pk", "title", "owner"))
         messages = sorted(
             (m.pk, m.role, _digest(m.text), m.status, m.rating, json.dumps(m.unsupported, sort_keys=True),

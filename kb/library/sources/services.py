@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
+from django.utils.translation import gettext
 
 from kb.library.models import Folder, Source
 from kb.library.services import document_delete
@@ -76,8 +77,22 @@ class SourceNameTaken(SourceRejected):
     """Another source has the name already (names are unique, case aside)."""
 
 
+class SourceNotWatchable(SourceRejected):
+    """`watch` asked of a source that is not a folder on this server (the admin shows it beside that field)."""
+
+
+def watch_check(*, kind: str, watch: bool) -> None:
+    """SourceNotWatchable unless a watched source is a folder source: only a directory on this server can be
+    watched (kb.library.sources.watch); a Git repository lives elsewhere and tells of a change by push webhook,
+    a site by nothing, so its schedule serves it."""
+    if watch and kind != Source.Kind.FOLDER:
+        raise SourceNotWatchable(gettext(
+            "watch: only a folder source (a directory on this server) can be watched, not a %(kind)s source; "
+            "a Git source syncs on a push webhook instead, a site on its schedule (docs/SOURCES.md)") % {"kind": kind})
+
+
 def _checked(*, name: str, kind: str, location: str, path: str, shrink_guard: float, exclude_pk: int | None = None,
-             branch: str = "") -> tuple[str, str, str]:
+             branch: str = "", watch: bool = False) -> tuple[str, str, str]:
     """The rules a source's settings obey, whether added or changed: (name, location, sub-path) cleaned."""
     name = name.strip()
     if not name:
@@ -100,17 +115,18 @@ def _checked(*, name: str, kind: str, location: str, path: str, shrink_guard: fl
         raise SourceRejected(str(exc)) from None
     if not 0 <= shrink_guard <= 1:
         raise SourceRejected(f"{shrink_guard}: the shrink guard is a share of the documents, from 0 to 1")
+    watch_check(kind=kind, watch=watch)
     return name, location.strip(), clean_path
 
 
 def source_check(*, name: str, kind: str, location: str, folder_name: str, path: str = "", shrink_guard: float = 0.5,
-                 operator: bool = True, branch: str = "") -> tuple[str, str, str, Folder]:
+                 operator: bool = True, branch: str = "", watch: bool = False) -> tuple[str, str, str, Folder]:
     """Whether a source may be added as asked (SourceRejected says why): (name, location, sub-path) cleaned
     and its folder. The folder must exist already: its access, set deliberately, is what the source's
     documents get. Only an operator (`manage.py source add`, not the API or the admin) adds a source whose
     name has a token setting: the setting's token would go to whatever location the adder gave."""
     name, location, clean_path = _checked(name=name, kind=kind, location=location, path=path, shrink_guard=shrink_guard,
-                                          branch=branch)
+                                          branch=branch, watch=watch)
     if not operator and secret_setting_set(name):
         raise SourceRejected(f"{secret_setting(name)} is set on the server for a source of this name: only an operator "
                              "adds it (manage.py source add)")
@@ -123,18 +139,19 @@ def source_check(*, name: str, kind: str, location: str, folder_name: str, path:
 @transaction.atomic
 def source_create(*, name: str, kind: str, location: str, folder_name: str, branch: str = "", path: str = "",
                   include: Sequence[str] = (), exclude: Sequence[str] = (), every: int | None = None,
-                  shrink_guard: float = 0.5, secret: str = "", operator: bool = True) -> Source:
+                  shrink_guard: float = 0.5, secret: str = "", operator: bool = True, watch: bool = False) -> Source:
     """A new source filling an existing folder, under the rules of `source_check`. `secret` is its token or
-    password (kb.library.sources.secrets)."""
+    password (kb.library.sources.secrets); `watch` (folder sources only): `manage.py watch_sources` syncs it
+    a few seconds after a file is saved."""
     name, location, clean_path, folder = source_check(name=name, kind=kind, location=location, folder_name=folder_name,
                                                       path=path, shrink_guard=shrink_guard, operator=operator,
-                                                      branch=branch)
+                                                      branch=branch, watch=watch)
     return Source.objects.create(name=name, kind=kind, location=location, folder=folder, branch=branch.strip(),
                                  path=clean_path, include=list(include), exclude=list(exclude), every=every,
-                                 shrink_guard=shrink_guard, secret=secret)
+                                 shrink_guard=shrink_guard, secret=secret, watch=watch)
 
 
-EDITABLE = ("name", "location", "branch", "path", "include", "exclude", "every", "shrink_guard")
+EDITABLE = ("name", "location", "branch", "path", "include", "exclude", "every", "shrink_guard", "watch")
 
 
 @transaction.atomic
@@ -152,7 +169,7 @@ def source_change(*, source: Source, **changes: Any) -> Source:
         raise SourceRejected(f"{merged['every']} s: the shortest schedule is {MIN_EVERY} s")
     merged["name"], merged["location"], merged["path"] = _checked(
         name=merged["name"], kind=source.kind, location=merged["location"], path=merged["path"],
-        shrink_guard=merged["shrink_guard"], exclude_pk=source.pk, branch=merged["branch"])
+        shrink_guard=merged["shrink_guard"], exclude_pk=source.pk, branch=merged["branch"], watch=merged["watch"])
     merged["branch"] = merged["branch"].strip()
     merged["include"], merged["exclude"] = list(merged["include"]), list(merged["exclude"])
     moved = merged["location"] != source.location

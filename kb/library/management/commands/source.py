@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import argparse
 import secrets
 import sys
 from typing import Any
@@ -9,9 +10,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from kb.library.models import Source
 from kb.library.sources.secrets import WEBHOOK, secret_state
 from kb.library.sources.selectors import sources_lag
-from kb.library.sources.services import SourceRejected, parse_every, source_create, source_remove
+from kb.library.sources.services import SourceRejected, parse_every, source_change, source_create, source_remove
 from kb.library.sources.sync import SourceBusy
 from kb.library.sources.webhooks import webhook_path, webhook_secret_set
+
+WATCH_HELP = ("Folder: sync a few seconds after a file is saved (the watcher, `manage.py watch_sources`; "
+              "docs/OPERATIONS.md, \"Watched folders\"). Git sources take push webhooks instead")
 
 
 def _every(value: str) -> int:
@@ -38,6 +42,11 @@ class Command(BaseCommand):
         add.add_argument("--exclude", nargs="+", action="extend", default=[], metavar="GLOB",
                          help="Leave out paths matching one of these globs")
         add.add_argument("--every", type=_every, default=None, help="Schedule: 15m, 2h, 1d… (default: by hand)")
+        add.add_argument("--watch", action="store_true", help=WATCH_HELP)
+        change = actions.add_parser("change", help="Watch a folder source or stop watching it (/api/sources "
+                                    "changes the other settings)")
+        change.add_argument("name")
+        change.add_argument("--watch", action=argparse.BooleanOptionalAction, default=None, help=WATCH_HELP)
         actions.add_parser("list", help="The sources, their last run, index lag and last push")
         hook = actions.add_parser("webhook-secret", help="Set a Git source's webhook secret: a new random one "
                                   "(printed once), one read from standard input, or none")
@@ -53,6 +62,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, action: str, **options: Any) -> str:
         if action == "add":
             return self._add(**options)
+        if action == "change":
+            return self._change(options["name"], watch=options["watch"])
         if action == "list":
             return self._list()
         if action == "webhook-secret":
@@ -60,20 +71,37 @@ class Command(BaseCommand):
         return self._remove(options["name"], keep_documents=options["keep_documents"])
 
     def _add(self, *, name: str, kind: str, location: str, folder: str, branch: str, path: str, include: list[str],
-             exclude: list[str], every: int | None, **_: Any) -> str:
+             exclude: list[str], every: int | None, watch: bool, **_: Any) -> str:
         try:
             source = source_create(name=name, kind=kind, location=location, folder_name=folder, branch=branch,
-                                   path=path, include=include, exclude=exclude, every=every)
+                                   path=path, include=include, exclude=exclude, every=every, watch=watch)
         except SourceRejected as exc:
             raise CommandError(str(exc)) from None
-        return f"added source {source.name!r} ({source.kind}) filling folder {source.folder.name!r}; run `manage.py sync {source.name}`"
+        watched = "; watched" if source.watch else ""
+        return (f"added source {source.name!r} ({source.kind}) filling folder {source.folder.name!r}{watched}; "
+                f"run `manage.py sync {source.name}`")
+
+    def _change(self, name: str, *, watch: bool | None) -> str:
+        source = Source.objects.filter(name=name).first()
+        if source is None:
+            raise CommandError(f"no source named {name!r}")
+        if watch is None:
+            raise CommandError("nothing to change: give --watch or --no-watch")
+        try:
+            source_change(source=source, watch=watch)
+        except SourceRejected as exc:
+            raise CommandError(str(exc)) from None
+        if watch:
+            return (f"{name!r} is watched: `manage.py watch_sources` (started by `make run`) takes it up within "
+                    "KB_SOURCE_WATCH_REFRESH seconds, with one catch-up run")
+        return f"{name!r} is no longer watched; its schedule (or `manage.py sync`) runs it"
 
     def _list(self) -> str:
         lines = []
         found = list(Source.objects.select_related("folder"))
         lags = sources_lag([source.pk for source in found])
         for source in found:
-            schedule = f"every {source.every}s" if source.every else "by hand"
+            schedule = (f"every {source.every}s" if source.every else "by hand") + (", watched" if source.watch else "")
             last = source.last_status or "never run"
             success = source.last_success_at.isoformat(timespec="seconds") if source.last_success_at else "never"
             lines.append(
