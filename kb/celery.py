@@ -30,6 +30,7 @@ app.autodiscover_tasks()
 # `celery beat` (one per deployment, started by kb.runtime.launcher) sends these; the work runs on a worker.
 app.conf.beat_schedule = {
     "sources-due": {"task": "kb.sources_due", "schedule": 60.0, "options": {"expires": 55}},
+    "refresh-stale": {"task": "kb.refresh_stale", "schedule": 60.0, "options": {"expires": 55}},
 }
 
 

@@ -473,6 +473,9 @@ KB_WS_MAX_PER_USER = env_int("KB_WS_MAX_PER_USER", 20, minimum=0)
 KB_INGEST_LEASE_SECONDS = env_int("KB_INGEST_LEASE_SECONDS", 600, minimum=1)  # then a stuck stage may be claimed again
 KB_INGEST_TIME_LIMIT = env_int("KB_INGEST_TIME_LIMIT", 480, minimum=1)  # seconds per document; the hard kill comes 60 s later
 KB_INGEST_MAX_ATTEMPTS = env_int("KB_INGEST_MAX_ATTEMPTS", 3, minimum=1)  # then a document that keeps killing workers fails
+# Stale documents (indexed under another model or index format) re-indexed a batch at a time, each minute the ingest
+# queue is idle (kb.library.services.documents_refresh_stale); 0: only by hand (the admin's "Re-index stale")
+KB_REINDEX_STALE_BATCH = env_int("KB_REINDEX_STALE_BATCH", 10, minimum=0)
 KB_SWEEP_SECONDS = env_float("KB_SWEEP_SECONDS", 30.0)  # how often each worker sweeps expired work; 0: never
 # How often each worker says it is alive (in Redis); a worker silent for three beats has its answers failed
 # and its documents queued again (chat.sweeper)

@@ -75,17 +75,12 @@ def query_weights(query: str, word_spans: Sequence[tuple[int, int]], idf: Sequen
 
 def chunk_vectors(chunks: Sequence[tuple[int, str]]) -> list[np.ndarray]:
     """Coarse word vectors of each (chunk id, text), as stored at ingest (kb.text.pieces), read in one query: the
-    first pass's. A chunk indexed in an earlier format (its document shows stale) is scored on its exact pieces."""
+    first pass's. A chunk stored without them (indexed before the stage existed) is scored on its exact pieces."""
     stored = dict(read_binary("SELECT id, late_vectors FROM kb_chunk WHERE id = ANY(%s) AND late_vectors IS NOT NULL",
                               [[cid for cid, _ in chunks]]))
+    exact = iter(exact_pieces([(cid, text) for cid, text in chunks if cid not in stored]))
     dimensions = settings.KB_EMBEDDING_DIMENSIONS
-    coarse = {cid: unpack(data, dimensions) for cid, data in stored.items()}
-    exact = iter(exact_pieces([(cid, text) for cid, text in chunks if coarse.get(cid) is None]))
-    out: list[np.ndarray] = []
-    for cid, _ in chunks:
-        vectors = coarse.get(cid)
-        out.append(vectors if vectors is not None else next(exact).vectors)
-    return out
+    return [unpack(stored[cid], dimensions) if cid in stored else next(exact).vectors for cid, _ in chunks]
 
 
 class Pieces(NamedTuple):

@@ -293,9 +293,10 @@ class Chunk(models.Model):
         SCREEN = "screen"
         CONCEPT = "concept"
 
-    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
+    # Indexed by the unique (document, ordinal) and (document, stable_id) indexes, which lead with it.
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks", db_index=False)
     ordinal = models.PositiveIntegerField()
-    stable_id = models.CharField(max_length=40, db_index=True)
+    stable_id = models.CharField(max_length=40)
     kind = models.CharField(max_length=16, choices=Kind.choices)
     audience = models.CharField(max_length=16, choices=Audience.choices, default=Audience.CONCEPT)
     breadcrumb = models.CharField(max_length=1000)
@@ -338,6 +339,8 @@ class Chunk(models.Model):
         ordering = ["document_id", "ordinal"]
         constraints = [models.UniqueConstraint(fields=["document", "ordinal"], name="kb_chunk_document_ordinal")]
         indexes = [
+            # A passage is looked up by its document and stable id (remembered questions, boosts and hides).
+            models.Index(fields=["document", "stable_id"], name="kb_chunk_document_stable"),
             HnswIndex(
                 name="kb_chunk_embedding_hnsw",
                 fields=["embedding"],

@@ -173,6 +173,20 @@ def document_queue_ingest(*, documents: QuerySet[Document]) -> int:
     return len(ids)
 
 
+def documents_refresh_stale(*, batch: int) -> int:
+    """Queue up to `batch` stale documents (indexed under another model or format: selectors.documents_stale), the
+    longest-indexed first, when no document is queued or being indexed; how many. Beat calls it every minute, so an
+    upgrade's new index format reaches every document in the background, a batch at a time, behind uploads and
+    syncs; readers keep the old chunks until each document's new ones replace them."""
+    from kb.library.ingest.pipeline import RUNNING
+    from kb.library.selectors import documents_stale
+
+    if batch <= 0 or Document.objects.filter(Q(status__in=RUNNING) | Q(status=Document.Status.QUEUED)).exists():
+        return 0
+    return document_queue_ingest(documents=Document.objects.filter(
+        pk__in=list(documents_stale().order_by("indexed_at", "pk").values_list("pk", flat=True)[:batch])))
+
+
 def documents_requeue_stuck(*, now: datetime | None = None) -> tuple[int, int]:
     """Re-queue documents whose work was lost: in a running stage past the ingest lease (the
     worker died) or queued that long (the broker lost the job). One that already took

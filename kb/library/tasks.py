@@ -72,3 +72,12 @@ def sources_due() -> int:
     from kb.library.sources.schedule import sources_due as due
 
     return sum(queues.send(sync_source, source.pk) for source in due())
+
+
+# Beat sends this every minute (kb/celery.py), expiring before the next tick as sources_due does.
+@shared_task(name="kb.refresh_stale", ignore_result=True)
+def refresh_stale() -> int:
+    """Re-index a batch of stale documents while the ingest queue is idle; how many were queued."""
+    from kb.library.services import documents_refresh_stale
+
+    return documents_refresh_stale(batch=settings.KB_REINDEX_STALE_BATCH)

@@ -9,8 +9,8 @@ sets (docs/measurements/late_storage.md): sign bits alone cost R@1 and most of t
 exact pass on top gives both back.
 
 Layout: MAGIC, the word count (little-endian uint16), one float16 scale per word, then each word's sign bits
-(dimensions / 8 bytes). An index written in the format before (int8 word pieces) has no MAGIC: its chunks
-are scored on exact pieces until their documents are re-indexed (the index version names this format).
+(dimensions / 8 bytes). An index written in the format before (every word piece in int8) has no MAGIC; the
+index version names the format, so its documents show stale and are re-indexed in the background.
 """
 
 from __future__ import annotations
@@ -54,11 +54,14 @@ def pack(vectors: np.ndarray, tokens: Sequence[str], stop: Collection[str]) -> b
     return b"".join((MAGIC, np.array([len(kept)], dtype=_COUNT).tobytes(), scales.tobytes(), signs.tobytes()))
 
 
-def unpack(data: bytes | memoryview, dimensions: int) -> np.ndarray | None:
-    """The word vectors `pack` stored (words x dimensions, float32), or None for data in the format before."""
+def unpack(data: bytes | memoryview, dimensions: int) -> np.ndarray:
+    """The word vectors `pack` stored (words x dimensions, float32). Data in the format before (every word piece,
+    int8 after one float32 scale) gives its pieces: finer than the coarse codes, read until the background
+    re-index of stale documents (kb.library.services.documents_refresh_stale) has replaced it."""
     raw = bytes(data)
     if not raw.startswith(MAGIC):
-        return None
+        scale = float(np.frombuffer(raw, dtype="<f4", count=1)[0])
+        return np.frombuffer(raw, dtype=np.int8, offset=4).reshape(-1, dimensions).astype(np.float32) * scale
     at = len(MAGIC)
     count = int(np.frombuffer(raw, dtype=_COUNT, count=1, offset=at)[0])
     at += _COUNT.itemsize

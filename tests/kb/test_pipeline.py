@@ -296,3 +296,33 @@ def test_embedding_reports_progress_as_it_goes(db: None, monkeypatch: pytest.Mon
     assert [done for done, _ in embedding] == sorted(done for done, _ in embedding)
     assert len({done for done, _ in embedding}) == total + 1  # 0, 1, ..., total
     assert seen[-1][0] == Document.Status.READY
+
+
+def test_stale_documents_are_re_indexed_in_the_background_a_batch_at_a_time_behind_other_work(
+    db: None, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    """An upgrade's index format reaches every document without an admin: beat's kb.refresh_stale queues a batch
+    of stale ones, oldest index first, only while nothing else waits to be indexed; a re-index makes them current."""
+    from kb.library.tasks import refresh_stale
+
+    documents = [ingested_document(GUIDE.replace("Shipments", f"Shipments {n}"), name=f"g{n}.md") for n in range(3)]
+    Document.objects.update(late_version=1)  # indexed in the late stage's format before
+    Document.objects.filter(pk=documents[2].pk).update(indexed_at=documents[0].indexed_at.replace(year=2020))
+    settings.KB_REINDEX_STALE_BATCH = 2
+    busy = uploaded_document(GUIDE.replace("Shipments", "Queued"), name="queued.md")  # an upload waits to be indexed
+    assert refresh_stale() == 0 and documents_stale().count() == 3
+    ingest(busy.pk)
+    with django_capture_on_commit_callbacks() as callbacks:
+        assert refresh_stale() == 2
+    assert len(callbacks) == 2  # one job each, sent once the transaction commits
+    queued = set(Document.objects.filter(status=Document.Status.QUEUED).values_list("pk", flat=True))
+    assert queued == {documents[2].pk, documents[0].pk}  # the longest-indexed first
+    assert refresh_stale() == 0  # while those are indexed, nothing more
+    for pk in queued:
+        ingest(pk)
+    assert documents_stale().count() == 1 and refresh_stale() == 1
+    ingest(documents[1].pk)
+    assert documents_stale().count() == 0 and refresh_stale() == 0
+    settings.KB_REINDEX_STALE_BATCH = 0
+    Document.objects.update(late_version=1)
+    assert refresh_stale() == 0  # off: only the admin's "Re-index stale"

@@ -96,15 +96,22 @@ def test_chunk_vectors_are_one_coarse_vector_per_content_word_read_without_encod
         assert (np.sign(got) == np.where(means >= 0, 1, -1)).all()
 
 
-def test_a_chunk_in_the_format_before_is_scored_on_exact_pieces_and_its_document_is_stale(db: None) -> None:
+def test_a_chunk_in_the_format_before_is_read_as_its_pieces_and_its_document_is_stale(db: None) -> None:
+    """Until the background re-index replaces it, a chunk stored in the int8 format before is scored on its pieces;
+    one with nothing stored is encoded."""
     ingested_document(DEPOT, "depot.md")
     (cid, text), = Chunk.objects.order_by("ordinal").values_list("pk", "text")[:1]
-    int8_format = np.array([0.003], dtype="<f4").tobytes() + bytes(384 * 3)
+    pieces = embedding.token_vectors([text])[0]
+    scale = float(np.abs(pieces).max()) / 127
+    int8_format = np.array([scale], dtype="<f4").tobytes() + np.rint(pieces / scale).astype(np.int8).tobytes()
     Chunk.objects.update(late_vectors=int8_format)
     Document.objects.update(late_version=1)
     assert documents_stale().count() == 1
     vectors, = late.chunk_vectors([(cid, text)])
-    assert np.allclose(vectors, embedding.token_vectors([text])[0], atol=1e-5)
+    assert vectors.shape == pieces.shape and np.abs(vectors - pieces).max() <= scale / 2 + 1e-6
+    Chunk.objects.update(late_vectors=None)
+    vectors, = late.chunk_vectors([(cid, text)])
+    assert np.allclose(vectors, pieces, atol=1e-5)
 
 
 def test_exact_pieces_are_encoded_once_per_text(db: None, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -154,12 +161,12 @@ def test_pack_keeps_a_word_a_vector_in_sign_bits() -> None:
     kept = [places for places in words(tokens) if spelled(tokens, places) not in {"the", "on", "every", "."}]
     assert len(packed) == len(MAGIC) + 2 + len(kept) * (2 + vectors.shape[1] // 8)  # 50 bytes a word
     restored = unpack(packed, vectors.shape[1])
-    assert restored is not None and restored.shape == (len(kept), vectors.shape[1])
+    assert restored.shape == (len(kept), vectors.shape[1])
     means = np.stack([vectors[places].mean(axis=0) for places in kept])
     assert (np.sign(restored) == np.where(means >= 0, 1, -1)).all()
     assert np.allclose(np.abs(restored).mean(axis=1), np.abs(means).mean(axis=1), rtol=1e-3)
     assert unpack(pack(vectors, tokens, stop=set(spelled(tokens, p) for p in words(tokens))), 384).shape == (0, 384)
-    assert unpack(np.array([0.003], dtype="<f4").tobytes() + bytes(384), 384) is None  # the int8 format before
+    assert unpack(np.array([0.5], dtype="<f4").tobytes() + bytes([2]) * 384, 384).tolist() == [[1.0] * 384]  # int8
 
 
 def test_depth_zero_turns_the_stage_off_everywhere(people: dict[str, Any], settings: Any) -> None:
