@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -197,3 +198,41 @@ def run_in_scratch_database(script: Path, extra: list[str], *, keep: str | None 
         if child.returncode != 0 or not out.exists():
             raise SystemExit(f"the benchmark run failed (exit {child.returncode})")
         return dict(json.loads(out.read_text()))
+
+
+BROKER_DB = 11  # the Redis database number a benchmark's own broker uses
+
+
+def own_broker(url: str) -> str:
+    """The same Redis server, another database number: a live `make run` worker never takes the benchmark's jobs."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{BROKER_DB}")) if parts.scheme in ("redis", "rediss") else url
+
+
+def own_servers_main(*, script: Path, inner: Path | None, extra: list[str], prefix: str,
+                     run_inner: Callable[[Path], dict[str, Any]],
+                     report: Callable[[dict[str, Any]], tuple[list[str], bool]], json_out: Path | None) -> None:
+    """A source benchmark's entry point. Inside its scratch database (`inner`: where to write the figures) it runs
+    with a VAR_DIR of its own (a Git source's clone is VAR_DIR/sources/<id>: ids of the scratch database) and its
+    own broker; outside, it starts the embedded servers, runs `script` there, prints the report and exits 1 when a
+    target is missed."""
+    import django
+
+    if inner:
+        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+            os.environ.update(KB_VAR_DIR=tmp, REDIS_URL=own_broker(os.environ["REDIS_URL"]))
+            django.setup()
+            inner.write_text(json.dumps(run_inner(Path(tmp)), default=str))
+        return
+    from kb.runtime.embedded import ensure_services
+
+    ensure_services()  # an entry point, like manage.py: the embedded servers where DATABASE_URL/REDIS_URL are unset
+    django.setup()
+    result = run_in_scratch_database(script, extra)
+    lines, met = report(result)
+    print("\n".join(lines))
+    if json_out:
+        json_out.write_text(json.dumps(result, indent=2))
+    sys.exit(0 if met else 1)

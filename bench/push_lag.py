@@ -30,7 +30,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -41,8 +40,8 @@ from wsgiref.simple_server import make_server
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench._common import AppServer, load_average, percentile, run_in_scratch_database  # noqa: E402 (after the path)
-from bench.sync import Lag, Place, _git, _own_broker, corpus, rewrite  # noqa: E402
+from bench._common import AppServer, load_average, own_servers_main, percentile  # noqa: E402 (after the path)
+from bench.sync import Lag, Place, _git, corpus, rewrite  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()
 TARGET_P95 = 30.0  # seconds, the target
@@ -180,27 +179,10 @@ def main() -> None:
     if args.runs < 1 or args.pushes < 1 or args.files < args.pushes:
         parser.error("--runs and --pushes must be at least 1, and --files at least --pushes")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
-    import django
-
-    if args.inner:
-        # Its own VAR_DIR (a Git source's clone is VAR_DIR/sources/<id>: ids of the scratch database) and broker.
-        with tempfile.TemporaryDirectory(prefix="kb-bench-push-") as tmp:
-            os.environ.update(KB_VAR_DIR=tmp, REDIS_URL=_own_broker(os.environ["REDIS_URL"]))
-            django.setup()
-            args.inner.write_text(json.dumps(run_inner(args, Path(tmp)), default=str))
-        return
-    from kb.runtime.embedded import ensure_services
-
-    ensure_services()  # an entry point, like manage.py: the embedded servers where DATABASE_URL/REDIS_URL are unset
-    django.setup()
     extra = ["--files", str(args.files), "--pushes", str(args.pushes), "--spacing", str(args.spacing),
              "--runs", str(args.runs), "--seed", args.seed]
-    result = run_in_scratch_database(SCRIPT, extra)
-    lines, met = report(result)
-    print("\n".join(lines))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
-    sys.exit(0 if met else 1)
+    own_servers_main(script=SCRIPT, inner=args.inner, extra=extra, prefix="kb-bench-push-",
+                     run_inner=lambda tmp: run_inner(args, tmp), report=report, json_out=args.json)
 
 
 if __name__ == "__main__":

@@ -29,30 +29,26 @@ from __future__ import annotations
 
 import argparse
 import html
-import json
 import os
 import random
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench._common import AppServer, load_average, percentile, run_in_scratch_database  # noqa: E402 (after the path)
+from bench._common import AppServer, load_average, own_servers_main, percentile  # noqa: E402 (after the path)
 
 SCRIPT = Path(__file__).resolve()
 EVERY = 60  # seconds: the source's schedule, and beat's tick (kb/celery.py)
 POLL = 0.5  # seconds between a reader's searches for the changes not yet found
 MIN_RATIO, MAX_SHARE = 20.0, 0.02  # the issue's targets
-BROKER_DB = 11  # the Redis database number the benchmark's broker uses
 
 # --------------------------------------------------------------------------- generated documents
 
@@ -368,12 +364,6 @@ def report(result: dict[str, Any]) -> tuple[list[str], bool]:
     return lines, met
 
 
-def _own_broker(url: str) -> str:
-    """The same Redis server, another database number: a live `make run` worker never takes the benchmark's jobs."""
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=f"/{BROKER_DB}")) if parts.scheme in ("redis", "rediss") else url
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=1000, help="documents in the source")
@@ -389,27 +379,10 @@ def main() -> None:
     if args.runs < 1 or args.intervals < 1 or args.changes < 1 or args.files < args.intervals * args.changes:
         parser.error("--runs, --intervals and --changes must be at least 1, and --files at least intervals x changes")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
-    import django
-
-    if args.inner:
-        # Its own VAR_DIR (a Git source's clone is VAR_DIR/sources/<id>: ids of the scratch database) and broker.
-        with tempfile.TemporaryDirectory(prefix="kb-bench-sync-") as tmp:
-            os.environ.update(KB_VAR_DIR=tmp, REDIS_URL=_own_broker(os.environ["REDIS_URL"]))
-            django.setup()
-            args.inner.write_text(json.dumps(run_inner(args, Path(tmp)), default=str))
-        return
-    from kb.runtime.embedded import ensure_services
-
-    ensure_services()  # an entry point, like manage.py: the embedded servers where DATABASE_URL/REDIS_URL are unset
-    django.setup()
     extra = ["--files", str(args.files), "--edit-share", str(args.edit_share), "--runs", str(args.runs), "--kinds",
              *args.kinds, "--intervals", str(args.intervals), "--changes", str(args.changes), "--seed", args.seed]
-    result = run_in_scratch_database(SCRIPT, extra)
-    lines, met = report(result)
-    print("\n".join(lines))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
-    sys.exit(0 if met else 1)
+    own_servers_main(script=SCRIPT, inner=args.inner, extra=extra, prefix="kb-bench-sync-",
+                     run_inner=lambda tmp: run_inner(args, tmp), report=report, json_out=args.json)
 
 
 if __name__ == "__main__":

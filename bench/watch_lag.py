@@ -19,7 +19,6 @@ non-zero when the median p95 misses the issue's target (30 s) or a save was neve
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -32,8 +31,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench._common import Processes, load_average, percentile, run_in_scratch_database  # noqa: E402 (after the path)
-from bench.sync import POLL, Lag, Place, _own_broker, corpus, rewrite  # noqa: E402
+from bench._common import Processes, load_average, own_servers_main, percentile  # noqa: E402 (after the path)
+from bench.sync import POLL, Lag, Place, corpus, rewrite  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()
 TARGET_P95 = 30.0  # seconds, the target
@@ -147,26 +146,10 @@ def main() -> None:
     if args.runs < 1 or args.saves < 1 or args.files < args.saves:
         parser.error("--runs and --saves must be at least 1, and --files at least --saves")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
-    import django
-
-    if args.inner:
-        with tempfile.TemporaryDirectory(prefix="kb-bench-watch-") as tmp:
-            os.environ.update(KB_VAR_DIR=tmp, REDIS_URL=_own_broker(os.environ["REDIS_URL"]))
-            django.setup()
-            args.inner.write_text(json.dumps(run_inner(args), default=str))
-        return
-    from kb.runtime.embedded import ensure_services
-
-    ensure_services()  # an entry point, like manage.py: the embedded servers where DATABASE_URL/REDIS_URL are unset
-    django.setup()
     extra = ["--files", str(args.files), "--saves", str(args.saves), "--runs", str(args.runs), "--gap",
              *map(str, args.gap), "--seed", args.seed]
-    result = run_in_scratch_database(SCRIPT, extra)
-    lines, met = report(result)
-    print("\n".join(lines))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
-    sys.exit(0 if met else 1)
+    own_servers_main(script=SCRIPT, inner=args.inner, extra=extra, prefix="kb-bench-watch-",
+                     run_inner=lambda tmp: run_inner(args), report=report, json_out=args.json)
 
 
 if __name__ == "__main__":
