@@ -190,18 +190,31 @@ def _pg_own(pgdata: Path, user: str | None) -> None:
 
 
 def shared_buffers() -> str:
-    """PostgreSQL's page cache for the embedded server: a quarter of the machine's memory, 128 MB to 2 GB.
+    """PostgreSQL's page cache for the embedded server: a quarter of the machine's memory, 128 MB to 4 GB.
 
     PostgreSQL's own default (128 MB) holds a development corpus but not the chunk table, HNSW graph
-    and text indexes of 100,000 chunks (~430 MB): every query then copies pages in from the OS.
-    `KB_PG_SHARED_BUFFERS` (PostgreSQL's units, e.g. `512MB`) overrides it.
+    and text indexes of 100,000 chunks (~430 MB), nor the ~3.5 GiB a million chunks read: every query then
+    copies pages in from the OS. `KB_PG_SHARED_BUFFERS` (PostgreSQL's units, e.g. `512MB`) overrides it.
     """
-    # The embedded PostgreSQL's page cache in PostgreSQL's units (512MB); default a quarter of memory, 128MB-2GB.
+    # The embedded PostgreSQL's page cache in PostgreSQL's units (512MB); default a quarter of memory, 128MB-4GB.
     configured = os.environ.get("KB_PG_SHARED_BUFFERS")
     if configured:
         return configured
-    megabytes = psutil.virtual_memory().total // 4 // 2**20
-    return f"{min(max(megabytes, 128), 2048)}MB"
+    return f"{_share_of_memory(4, 128, 4096)}MB"
+
+
+def server_options() -> str:
+    """The embedded server's memory settings. Besides the page cache: an index build's memory, a sixteenth of memory
+    (64 MB to 2 GB), so the HNSW graph of a million chunks (~1.1 GiB) is built in memory when an upgrade or REINDEX
+    rebuilds it (PostgreSQL's 64 MB default builds it on disk, many times slower); and what the planner may assume
+    the OS caches, three quarters of memory."""
+    return (f"-c shared_buffers={shared_buffers()} -c maintenance_work_mem={_share_of_memory(16, 64, 2048)}MB"
+            f" -c effective_cache_size={_share_of_memory(4 / 3, 512, 1 << 20)}MB")
+
+
+def _share_of_memory(divisor: float, least: int, most: int) -> int:
+    """The machine's memory over `divisor`, in MB, within [least, most]."""
+    return int(min(max(psutil.virtual_memory().total / divisor / 2**20, least), most))
 
 
 def _pg_url(port: int, database: str = DB_NAME) -> str:
@@ -229,7 +242,7 @@ def start_postgres(root: Path | None = None) -> Service:
         user = _pg_system_user()
         _pg_prepare(pgdata, user)
         port = _previous_port(root / "pg.port") or free_port()
-        _pg_ctl_start(pgdata, port, user, root / "postgres.log", f"-c shared_buffers={shared_buffers()}")
+        _pg_ctl_start(pgdata, port, user, root / "postgres.log", server_options())
         started = _pg_running(pgdata)
         if started is None:
             raise EmbeddedServiceError(f"embedded PostgreSQL did not become ready (log: {root / 'postgres.log'})")

@@ -100,8 +100,10 @@ def test_the_embedded_page_cache_is_a_quarter_of_memory_within_bounds(monkeypatc
     import psutil
 
     monkeypatch.delenv("KB_PG_SHARED_BUFFERS", raising=False)
-    for total, expected in ((256 * 2**20, "128MB"), (2 * 2**30, "512MB"), (24 * 2**30, "2048MB")):
+    for total, expected, build in ((256 * 2**20, "128MB", "64MB"), (2 * 2**30, "512MB", "128MB"),
+                                   (24 * 2**30, "4096MB", "1536MB"), (64 * 2**30, "4096MB", "2048MB")):
         monkeypatch.setattr(psutil, "virtual_memory", lambda total=total: SimpleNamespace(total=total))
         assert embedded.shared_buffers() == expected
+        assert f"-c shared_buffers={expected} -c maintenance_work_mem={build} " in embedded.server_options()
     monkeypatch.setenv("KB_PG_SHARED_BUFFERS", "3GB")
-    assert embedded.shared_buffers() == "3GB"
+    assert embedded.shared_buffers() == "3GB" and "shared_buffers=3GB" in embedded.server_options()
