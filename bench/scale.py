@@ -192,7 +192,7 @@ def _chunk_sql(cur: Any, sources: int) -> str:
             dims = int(kind.split("(")[1].rstrip(")"))
             noise.add(dims)
             def weight(seed: int, dims: int = dims) -> str:  # a pseudo-random weight in [0, 1.25) per row
-                return f"array_fill(mod(g.i * {seed}, 1000)::real / 800, ARRAY[{dims}])::vector"
+                return f"array_fill(mod(g.i::bigint * {seed}, 1000)::real / 800, ARRAY[{dims}])::vector"
 
             overrides[name] = (f'CASE WHEN a."{name}" IS NULL THEN NULL ELSE l2_normalize(a."{name}"::vector'
                                f' + coalesce(b."{name}"::vector, a."{name}"::vector) * {weight(7919)}'

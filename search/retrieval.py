@@ -562,10 +562,9 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
                 hits = _late_rerank(hits, scored, depth=depth, weight=options.late_weight,
                                     lexical_bonus=options.multilingual_lexical_bonus, boost=options.boost)
         timings["late"] = (time.perf_counter() - late_at) * 1000
-    exactly = {h.chunk_id for h in hits[: min(options.late_exact, options.late_depth)]}
-    if unscored := [h for h in hits[: answerability.DEPTH] if h.chunk_id not in exactly]:
-        # The answerability signals read exact scores of the top hits (fitted on them), whatever the stage scored.
-        scored |= _late_signals(query, pieces, unscored, texts, words, exact=True)
+    if unscored := [h for h in hits[: answerability.DEPTH] if h.chunk_id not in scored]:
+        # The stage is off (or shallower than the answerability signals read): its scores of the top hits.
+        scored |= _late_signals(query, pieces, unscored, texts, words, exact=False)
     hits, pinned = _remembered_first(hits, options)
     result.remembered = list(pinned.remembered) if pinned else []
     decided_at = time.perf_counter()

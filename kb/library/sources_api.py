@@ -30,7 +30,7 @@ from accounts.acl import is_active_user
 from accounts.api import api_auth
 from accounts.models import Scope
 from kb import queues
-from kb.api_contract import ANY, BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, StrictIn
+from kb.api_contract import ANY, BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, InvalidOut, StrictIn
 from kb.library.access import folders_readable, staff_may
 from kb.library.models import Folder, Source
 from kb.library.sources.git import redact
@@ -379,7 +379,7 @@ def source_sync_now(request: HttpRequest, pk: int, filters: Query[SyncFilter]) -
 
 
 @sources.post("/{pk}/webhook", auth=None, response={200: WebhookOut, 202: WebhookOut, 400: ErrorOut, 401: ErrorOut,
-                                                     404: ErrorOut, 413: ErrorOut, 503: ErrorOut},
+                                                     404: ErrorOut, 413: ErrorOut, 422: InvalidOut, 503: ErrorOut},
               summary="Receive a push webhook")
 def source_webhook(request: HttpRequest, pk: int) -> Status[dict[str, Any]]:
     """A forge's push webhook for a Git source (GitHub, Gitea/Forgejo, GitLab; docs/SOURCES.md): no session or token,
