@@ -236,3 +236,17 @@ def own_servers_main(*, script: Path, inner: Path | None, extra: list[str], pref
     if json_out:
         json_out.write_text(json.dumps(result, indent=2))
     sys.exit(0 if met else 1)
+
+
+def lag_report(runs: list[dict[str, Any]], line: Callable[[dict[str, Any]], str], *, what: str, count: str,
+               target_p95: float) -> tuple[list[str], bool]:
+    """A lag benchmark's lines: each run's, then the medians of its p50 and p95 against `target_p95` (seconds) and
+    how many of `count` (each run's number of changes) were never found; met when both hold."""
+    import statistics
+
+    p50, p95 = (statistics.median(r[key] for r in runs) for key in ("p50", "p95"))
+    lost = sum(r[count] - r["found"] for r in runs)
+    met = p95 <= target_p95 and not lost
+    return [*(line(r) for r in runs),
+            f"median of {len(runs)} run(s): {what} → searchable p50 {p50:.1f} s, p95 {p95:.1f} s (target p95 <= "
+            f"{target_p95:.0f} s)" + (f"; {lost} {count} never found" if lost else "") + ("" if met else "  MISSED")], met

@@ -27,7 +27,6 @@ import os
 import random
 import secrets
 import shutil
-import statistics
 import subprocess
 import sys
 import threading
@@ -40,7 +39,7 @@ from wsgiref.simple_server import make_server
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench._common import AppServer, load_average, own_servers_main, percentile  # noqa: E402 (after the path)
+from bench._common import AppServer, lag_report, load_average, own_servers_main, percentile  # noqa: E402 (after the path)
 from bench.sync import Lag, Place, _git, corpus, rewrite  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()
@@ -157,13 +156,7 @@ def line(r: dict[str, Any]) -> str:
 
 
 def report(result: dict[str, Any]) -> tuple[list[str], bool]:
-    runs = result["runs"]
-    p50, p95 = (statistics.median(r[key] for r in runs) for key in ("p50", "p95"))
-    lost = sum(r["pushes"] - r["found"] for r in runs)
-    met = p95 <= TARGET_P95 and not lost
-    return [*(line(r) for r in runs),
-            f"median of {len(runs)} run(s): push → searchable p50 {p50:.1f} s, p95 {p95:.1f} s (target p95 <= "
-            f"{TARGET_P95:.0f} s)" + (f"; {lost} push(es) never found" if lost else "") + ("" if met else "  MISSED")], met
+    return lag_report(result["runs"], line, what="push", count="pushes", target_p95=TARGET_P95)
 
 
 def main() -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import statistics
 import sys
 import tempfile
 import threading
@@ -31,7 +30,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench._common import Processes, load_average, own_servers_main, percentile  # noqa: E402 (after the path)
+from bench._common import Processes, lag_report, load_average, own_servers_main, percentile  # noqa: E402 (after the path)
 from bench.sync import POLL, Lag, Place, corpus, rewrite  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()
@@ -121,15 +120,7 @@ def line(r: dict[str, Any]) -> str:
 
 
 def report(result: dict[str, Any]) -> tuple[list[str], bool]:
-    runs = result["runs"]
-    p50, p95 = (statistics.median(r[key] for r in runs) for key in ("p50", "p95"))
-    unfound = sum(r["saves"] - r["found"] for r in runs)
-    met = p95 <= TARGET_P95 and not unfound
-    lines = [line(r) for r in runs]
-    lines.append(f"median of {len(runs)} run(s): save → searchable p50 {p50:.1f} s, p95 {p95:.1f} s "
-                 f"(target p95 <= {TARGET_P95:.0f} s)" + (f"; {unfound} save(s) never found" if unfound else "")
-                 + ("" if met else "  MISSED"))
-    return lines, met
+    return lag_report(result["runs"], line, what="save", count="saves", target_p95=TARGET_P95)
 
 
 def main() -> None:
