@@ -13,25 +13,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def proxy_networks(values: Iterable[str], *, name: str = "KB_TRUSTED_PROXIES") -> list[Network]:
-    """Addresses or networks (CIDR) of trusted proxies; a bad one fails at start-up, naming the setting."""
-    networks = []
-    for value in values:
-        try:
-            networks.append(ipaddress.ip_network(value, strict=False))
-        except ValueError:
-            raise ImproperlyConfigured(f"{name} must list IP addresses or networks such as 10.0.0.0/8 (got {value!r})") from None
-    return networks
-
+from kb.env import Network
 
 _BRACKETED = re.compile(r"^\[([^\]]+)\](?::(\d{1,5}))?$")
 _V4_PORT = re.compile(r"^([0-9.]+):(\d{1,5})$")

@@ -145,7 +145,7 @@ def question_row(answer: Message, needle: str, document: Document) -> dict[str, 
 def ood_row(answer: Message) -> dict[str, Any]:
     """`near` when a passage came within the distance the page offers passages beside a refusal, else `far`
     (a "literal trap" is not something stored data can tell)."""
-    reach = (answer.threshold or 0.0) + float(settings.KB_SEARCH_RELATED_MARGIN)
+    reach = (answer.threshold or 0.0) + settings.KB_SEARCH_RELATED_MARGIN
     near = answer.nearest_distance is not None and answer.nearest_distance <= reach
     return {"id": f"ood-j{answer.pk}", "query": normalised(answer.question.text if answer.question else ""),
             "kind": "near" if near else "far"}

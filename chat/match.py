@@ -39,8 +39,8 @@ class MatchSignals:
     gap: float | None  # None where retrieval recorded no signals
 
     def level(self) -> Match:
-        weak = self.similarity < float(settings.KB_ANSWER_MATCH_SIMILARITY) or (
-            self.gap is not None and self.gap < float(settings.KB_ANSWER_MATCH_GAP))
+        weak = self.similarity < settings.KB_ANSWER_MATCH_SIMILARITY or (
+            self.gap is not None and self.gap < settings.KB_ANSWER_MATCH_GAP)
         return CLOSEST if weak else QUOTED
 
 

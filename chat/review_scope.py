@@ -19,12 +19,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db.models import Q, QuerySet
 
 from accounts.acl import is_active_user
-from chat import conf
 from chat.models import ReviewAccess, ReviewGrant
 from chat.spreadsheet import csv_lines
 from kb.library.access import folder_documents, folders_readable, group_documents
@@ -64,7 +64,7 @@ def is_reviewer(user: Any) -> bool:
     """Support staff: members of KB_REVIEW_GROUP (default `support`), and superusers."""
     if not is_active_user(user):
         return False
-    return bool(user.is_superuser or user.groups.filter(name=conf.review_group()).exists())
+    return bool(user.is_superuser or user.groups.filter(name=settings.KB_REVIEW_GROUP).exists())
 
 
 def review_scope(reviewer: Any) -> ReviewScope:
@@ -105,7 +105,7 @@ def grants_manageable(user: Any) -> QuerySet[ReviewGrant]:
 
 def reviewers() -> QuerySet[Any]:
     """Who may hold a grant: active members of the review group."""
-    return get_user_model().objects.filter(is_active=True, groups__name=conf.review_group()).distinct()
+    return get_user_model().objects.filter(is_active=True, groups__name=settings.KB_REVIEW_GROUP).distinct()
 
 
 CSV_HEADER = ("at", "reviewer", "answer", "surface", "grants")

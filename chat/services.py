@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, cast
 
+from django.conf import settings
 from django.db import reset_queries, transaction
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Concat
@@ -19,7 +20,7 @@ from django.utils.translation import gettext, gettext_noop
 
 from accounts.acl import is_active_user
 from accounts.language import language_for
-from chat import conf, remembering
+from chat import remembering
 from chat.answer_counters import answer_finished
 from chat.answering import AnswerRecord, answer_stream
 from chat.events import CitationPayload, Event, publish
@@ -111,7 +112,7 @@ def _answer_send(answer: Message, language: str | None = None) -> None:
 def _check_rate(user: Any) -> None:
     """Each question costs an embedding, searches and a generation (money, with a paid model):
     a per-user budget, counted from the stored questions so that every web node agrees."""
-    limit = conf.asks_per_minute()
+    limit = settings.KB_ASKS_PER_MINUTE
     recent = Message.objects.filter(
         conversation__owner=user, role=Message.Role.USER, created_at__gte=timezone.now() - timedelta(minutes=1)
     )
@@ -221,7 +222,7 @@ def answer_produce(*, message_id: int, job_id: str | uuid.UUID | None = None, wo
     if not claim.filter(status=Message.Status.PENDING).update(**running):
         # A running answer whose worker died long ago (acks_late redelivers its job) starts over.
         abandoned = claim.filter(status=Message.Status.RUNNING,
-                                 started_at__lt=now - timedelta(seconds=conf.answer_lease()))
+                                 started_at__lt=now - timedelta(seconds=settings.KB_ANSWER_LEASE_SECONDS))
         if not abandoned.update(**running, text="", error="", source_documents=[]):
             return None
         Citation.objects.filter(message_id=message_id).delete()
@@ -264,7 +265,7 @@ def answers_expire(*, now: datetime | None = None) -> int:
     """Fail answers whose lease ran out: running that long (their worker died) or pending that long
     (their job was lost). Each one's readers get an `error` event; returns how many."""
     now = now or timezone.now()
-    cutoff = now - timedelta(seconds=conf.answer_lease())
+    cutoff = now - timedelta(seconds=settings.KB_ANSWER_LEASE_SECONDS)
     stale = Message.objects.filter(
         Q(status=Message.Status.RUNNING, started_at__lt=cutoff) | Q(status=Message.Status.PENDING, created_at__lt=cutoff),
         role=Message.Role.ASSISTANT,

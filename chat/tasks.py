@@ -7,8 +7,8 @@ from typing import Any
 
 from celery import shared_task
 from celery.signals import worker_process_init, worker_ready
+from django.conf import settings
 
-from chat import conf
 from kb.celery import when_job_lost
 
 log = logging.getLogger(__name__)
@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 # A lost pool process is not retried (as documents are): the job is acknowledged and the answer
 # fails at once (_answer_job_lost), so a question that kills its process cannot kill the next one.
 @shared_task(name="chat.answer_message", bind=True, acks_late=True, reject_on_worker_lost=False, ignore_result=True,
-             soft_time_limit=int(conf.answer_timeout()) + 30, time_limit=int(conf.answer_timeout()) + 60)
+             soft_time_limit=int(settings.KB_ANSWER_TIMEOUT) + 30, time_limit=int(settings.KB_ANSWER_TIMEOUT) + 60)
 def answer_message(self: Any, message_id: int, job_id: str | None = None, language: str | None = None) -> str | None:
     """`language`: the asker's when they asked (what the answer's own sentences are written in)."""
     from chat.services import answer_produce

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network  # one entry of a list of addresses or networks (env_networks)
 
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}
@@ -55,6 +59,31 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return list(default)
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_choice(name: str, default: str, choices: Collection[str], *, dotted_path: bool = False) -> str:
+    """One of `choices`, or with `dotted_path` the dotted path of a class of the operator's own (it holds a dot)."""
+    value = os.environ.get(name, default).strip()
+    if value in choices or (dotted_path and "." in value):
+        return value
+    allowed = ", ".join(choices) + (" or a dotted class path" if dotted_path else "")
+    raise ImproperlyConfigured(f"{name} must be one of {allowed} (got {value!r})")
+
+
+def ip_networks(values: Iterable[str], name: str = "networks") -> list[Network]:
+    """Addresses or networks (CIDR) as networks; a bad one fails, naming `name` (the setting it came from)."""
+    networks = []
+    for value in values:
+        try:
+            networks.append(ipaddress.ip_network(value, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(f"{name} must list IP addresses or networks such as 10.0.0.0/8 (got {value!r})") from None
+    return networks
+
+
+def env_networks(name: str) -> list[Network]:
+    """A comma-separated list of addresses or networks; unset or empty: none."""
+    return ip_networks(env_list(name, []), name)
 
 
 def env_secret(name: str) -> str:

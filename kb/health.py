@@ -104,7 +104,7 @@ def check_reranker() -> dict[str, Any]:
     """Optional: "off" is healthy; a configured model must load. Late interaction is reported beside it."""
     from search import late, rerank
 
-    if rerank.enabled():
+    if settings.KB_RERANKER_PATH:
         rerank.scores("health check", ["loads"])
     return {"status": rerank.status(), "late_interaction": late.status()}
 

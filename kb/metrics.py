@@ -36,9 +36,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from accounts.client_address import Network, request_client_address
+from accounts.client_address import request_client_address
 from chat.answer_counters import answers_counted
 from kb import queues
+from kb.env import Network
 from kb.library.models import Document, Source
 from kb.library.sources.selectors import lag_of, with_lag
 

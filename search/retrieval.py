@@ -172,7 +172,7 @@ class SearchResult:
     @property
     def related_distance(self) -> float:
         """The farthest a passage may be and still be offered beside a refusal as one of the closest."""
-        return self.threshold + float(settings.KB_SEARCH_RELATED_MARGIN)
+        return self.threshold + settings.KB_SEARCH_RELATED_MARGIN
 
     @property
     def refusal_reason(self) -> str | None:
@@ -575,7 +575,7 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     # a remembered question stands for is one, however far its own words are from the question's.
     reach = max(options.threshold, result.nearest_distance or 0.0) + options.source_margin
     gated = [h for h in hits if h.distance <= reach or h is pinned] if answerable else []
-    if options.rerank and gated and rerank.enabled():
+    if options.rerank and gated and settings.KB_RERANKER_PATH:
         reranked_at = time.perf_counter()
         scores = rerank.scores(query, [h.content for h in gated])
         gated = sorted((replace(h, rerank_score=s) for h, s in zip(gated, scores, strict=True)),

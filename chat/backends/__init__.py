@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
+from django.conf import settings
 from django.utils.module_loading import import_string
 
-from chat import conf
 from chat.prompts import Prompt
 
 
@@ -37,7 +37,7 @@ class Backend(Protocol):
 
 
 def get_backend(name: str | None = None) -> Backend:
-    name = name or conf.answer_backend()
+    name = name or settings.KB_ANSWER_BACKEND
     if name == "extractive":
         from chat.backends.extractive import ExtractiveBackend
 

@@ -24,7 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from chat import conf
+from django.conf import settings
+
 from chat.backends import BackendError
 from chat.prompts import Prompt
 
@@ -134,9 +135,9 @@ class LocalBackend:
     notice = NOTICE
 
     def __init__(self) -> None:
-        self.max_tokens = conf.local_max_tokens()
-        self.timeout = conf.answer_timeout()
-        self.path = conf.local_model_path()
+        self.max_tokens = settings.KB_LOCAL_MAX_TOKENS
+        self.timeout = settings.KB_ANSWER_TIMEOUT
+        self.path = settings.KB_LOCAL_MODEL_PATH
 
     def generate(self, prompt: Prompt) -> Iterator[str]:
         import torch

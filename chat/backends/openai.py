@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
-from chat import conf
+from django.conf import settings
+
 from chat.backends import BackendError
 from chat.prompts import Prompt
 
@@ -28,13 +29,13 @@ class OpenAIBackend:
     notice = ""
 
     def __init__(self) -> None:
-        self.base_url = conf.openai_base_url()
-        self.model = conf.openai_model() or "default"
-        self.api_key = conf.openai_api_key()
-        self.connect_timeout = conf.openai_connect_timeout()
-        self.read_timeout = conf.openai_read_timeout()
-        self.max_tokens = conf.openai_max_tokens()
-        self.deadline_s = conf.answer_timeout()
+        self.base_url = settings.KB_OPENAI_BASE_URL
+        self.model = settings.KB_OPENAI_MODEL or "default"
+        self.api_key = settings.KB_OPENAI_API_KEY
+        self.connect_timeout = settings.KB_OPENAI_CONNECT_TIMEOUT
+        self.read_timeout = settings.KB_OPENAI_READ_TIMEOUT
+        self.max_tokens = settings.KB_OPENAI_MAX_TOKENS
+        self.deadline_s = settings.KB_ANSWER_TIMEOUT
 
     def _connection(self) -> tuple[http.client.HTTPConnection, str]:
         if not self.base_url:

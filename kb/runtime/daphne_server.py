@@ -37,6 +37,7 @@ from twisted.protocols import policies
 from twisted.web import http as twisted_http
 
 from kb.edge import body_limit, too_large_body
+from kb.env import Network
 from kb.runtime.embedded import ensure_services
 
 log = logging.getLogger("kb.runtime.daphne_server")  # also when run as __main__
@@ -59,7 +60,7 @@ class EdgeLimits:
     body_seconds: float
     body_min_bytes_per_second: float
     max_connections_per_address: int
-    exempt: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network]  # KB_TRUSTED_PROXIES
+    exempt: Sequence[Network]  # KB_TRUSTED_PROXIES
 
     @classmethod
     def from_settings(cls) -> EdgeLimits:

@@ -24,7 +24,7 @@ PAGE = ROOT / "docs" / "SETTINGS.md"
 SETTINGS = Path("kb/settings.py")
 # Serving code only: the lab, the tests and the benchmarks read variables of their own.
 PACKAGES = ("kb", "accounts", "search", "chat")
-READERS = {"env_str", "env_bool", "env_int", "env_float", "env_list", "env_secret"}
+READERS = {"env_str", "env_bool", "env_int", "env_float", "env_list", "env_secret", "env_choice", "env_networks"}
 _SECTION = re.compile(r"^#\s*(.+?)\s*-{3,}\s*$")
 _NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 

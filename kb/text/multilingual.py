@@ -27,20 +27,16 @@ DIMENSIONS = 384
 ENGLISH_SCALE = (0.074, 3.35)
 
 
-def enabled() -> bool:
-    return bool(settings.KB_MULTILINGUAL)
-
-
 def embeds(language: str) -> bool:
     """Whether a chunk in `language` (ISO 639-1) is embedded in this space: every language but English, whose
     questions and passages MiniLM serves as well (and ~20x faster here), unless KB_MULTILINGUAL_ENGLISH."""
-    return enabled() and (language != "en" or bool(settings.KB_MULTILINGUAL_ENGLISH))
+    return settings.KB_MULTILINGUAL and (language != "en" or settings.KB_MULTILINGUAL_ENGLISH)
 
 
 def model_name() -> str:
     """The space as the index version records it (its model, and "+en" when English chunks are in it too);
     empty when the space is off."""
-    if not enabled():
+    if not settings.KB_MULTILINGUAL:
         return ""
     return MODEL + ("+en" if settings.KB_MULTILINGUAL_ENGLISH else "")
 

@@ -20,10 +20,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from accounts.client_address import proxy_networks
 from chat import answer_counters
 from chat.models import Conversation, Message
 from chat.services import answers_expire, question_ask
+from kb.env import ip_networks
 from kb.library.models import Folder, Source
 from kb.library.sources.sync import source_sync
 from tests.chat.conftest import EXPORT_QUESTION, OOD_QUESTION, SHIPMENTS
@@ -72,7 +72,7 @@ def test_a_token_is_needed_and_checked(client: Client, settings: Any) -> None:
 
 @pytest.mark.django_db
 def test_networks_limit_who_may_scrape(client: Client, settings: Any) -> None:
-    settings.KB_METRICS_TOKEN, settings.KB_METRICS_NETWORKS = "", proxy_networks(["10.20.0.0/16"])
+    settings.KB_METRICS_TOKEN, settings.KB_METRICS_NETWORKS = "", ip_networks(["10.20.0.0/16"])
     assert client.get("/metrics").status_code == 403  # the test client comes from 127.0.0.1
     assert client.get("/metrics", REMOTE_ADDR="10.20.3.4").status_code == 200
     assert client.get("/metrics", REMOTE_ADDR="10.21.3.4").status_code == 403
@@ -88,8 +88,8 @@ def test_behind_a_proxy_writing_ports_the_internet_is_not_the_proxy(client: Clie
                                                                     forwarded: str) -> None:
     """Networks covering the proxy open /metrics only to the proxy itself: a client it forwards with a port (or
     an entry that cannot be read) is that client (or unknown), never the proxy."""
-    settings.KB_METRICS_TOKEN, settings.KB_METRICS_NETWORKS = "", proxy_networks(["10.20.0.0/16"])
-    settings.KB_TRUSTED_PROXIES = proxy_networks(["10.20.0.2"])
+    settings.KB_METRICS_TOKEN, settings.KB_METRICS_NETWORKS = "", ip_networks(["10.20.0.0/16"])
+    settings.KB_TRUSTED_PROXIES = ip_networks(["10.20.0.2"])
     assert client.get("/metrics", REMOTE_ADDR="10.20.0.2").status_code == 200  # the proxy's own scrape
     assert client.get("/metrics", REMOTE_ADDR="10.20.0.2", HTTP_X_FORWARDED_FOR=forwarded).status_code == 403
     assert client.get("/metrics", REMOTE_ADDR="10.20.0.2", HTTP_X_FORWARDED_FOR="10.20.9.9:4711").status_code == 200

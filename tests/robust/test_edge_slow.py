@@ -24,9 +24,9 @@ import pytest
 from django.test import Client
 from websockets.exceptions import ConnectionClosed
 
-from accounts.client_address import proxy_networks
 from accounts.socket_slots import socket_slot_release, socket_slot_renew, socket_slot_take, socket_slots_held
 from accounts.websocket import CLOSE_TOO_MANY_SOCKETS
+from kb.env import ip_networks
 from kb.runtime.daphne_server import EdgeLimits, body_seconds_left
 from kb.runtime.embedded import free_port
 from tests.conftest import ROOT, child, close_code, daphne, listening, port_of, service_env, wait_until, ws
@@ -150,7 +150,7 @@ def test_the_body_clock_allows_a_slow_start_made_up_later() -> None:
     assert body_seconds_left(31, 0, limits) < 0
     assert body_seconds_left(31, 40_000, limits) == 9  # 40 kB at 1 kB/s may take 40 s
     assert body_seconds_left(31, 40_000, EdgeLimits(10, 30, 0, 0, [])) < 0  # no rate: 30 s is all
-    proxied = EdgeLimits(10, 30, 1000, 5, proxy_networks(["10.0.0.0/8"]))
+    proxied = EdgeLimits(10, 30, 1000, 5, ip_networks(["10.0.0.0/8"]))
     assert proxied.capped("192.0.2.1") and not proxied.capped("10.1.2.3")
     assert not EdgeLimits(10, 30, 1000, 0, []).capped("192.0.2.1")  # 0: no cap
 

@@ -203,7 +203,7 @@ def _both_windows(text: str) -> int:
 def _multilingual_texts(document: Document, drafts: list[chunking.Draft], detected: Sequence[str]) -> set[str]:
     """The chunk texts the multilingual space embeds (kb.text.multilingual.embeds): by each chunk's
     language as indexing will store it (the admin's correction, else `detected`; kb.text.language)."""
-    if not multilingual.enabled():
+    if not settings.KB_MULTILINGUAL:
         return set()
     fixed = document.language if document.language_fixed and document.language else ""
     languages = [fixed] * len(drafts) if fixed else detected
