@@ -1,5 +1,5 @@
-"""A deployment's judged questions as its own evaluation set, in the format of ../shared/eval
-(`questions.jsonl`, `ood.jsonl`): what `manage.py export_judgements` writes.
+"""A deployment's judged questions as its own evaluation set, in the evaluation-set format of
+docs/EVALUATION.md (`questions.jsonl`, `ood.jsonl`): what `manage.py export_judgements` writes.
 
 One verdict decides per answer: a reviewer's (the newest) over the asker's. Each row is written only
 as far as the data backs it honestly; every answer left out is counted with its reason:
@@ -38,7 +38,7 @@ from kb.text import embedding
 from kb.text.classify import classify_query
 from kb.text.identifiers import identifiers
 
-# The keys of each row, in the order ../shared/eval/README.md lists them.
+# The keys of each row, in the order docs/EVALUATION.md lists them.
 QUESTION_KEYS = ("id", "gt", "query", "phrasing", "needle", "doc", "intent", "identifier")
 OOD_KEYS = ("id", "query", "kind")
 NEEDLE_CHARS = (40, 250)  # the set's needles: a short sentence, never a heading

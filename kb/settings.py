@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 # Before torch is imported anywhere: two busy-spinning torch pools on two cores collapse
-# throughput ~3x (DESIGN.md), and model weights must come from site-packages, never a hub.
+# throughput ~3x (docs/DESIGN.md#threads), and model weights must come from site-packages, never a hub.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

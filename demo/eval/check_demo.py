@@ -7,10 +7,10 @@ reportlab because the PDF sources are parsed with demo/build_pdfs.py):
     .venv/bin/python demo/eval/check_demo.py            # exit 0 only when all checks pass
     .venv/bin/python demo/eval/check_demo.py --verbose  # also list documents and needles
 
-The set follows the layout and file formats of the development set in
-shared/eval (see its README), scaled down: 24 ground truths asked two ways,
-10 out-of-domain queries, 8 permission cases. Text is extracted the same way
-as there: Markdown as is, HTML with BeautifulSoup(..., "html.parser").get_text(),
+The set follows the layout and file formats of an evaluation set (docs/EVALUATION.md)
+at a smaller scale than the development set: 24 ground truths asked two ways,
+10 out-of-domain queries, 8 permission cases. Text is extracted the reference
+way: Markdown as is, HTML with BeautifulSoup(..., "html.parser").get_text(),
 PDF with pypdf, pages joined by newlines; whitespace runs become one space.
 
 What is checked:
@@ -68,7 +68,7 @@ def squash(text):
 
 
 # ----------------------------------------------------------------------------
-# text extraction (the reference extraction of shared/eval/README.md)
+# text extraction (the reference extraction of docs/EVALUATION.md)
 
 def pdf_pages(path):
     from pypdf import PdfReader
@@ -144,9 +144,9 @@ def html_heading_clash(path, needle):
 
     Each heading element is wrapped in marker characters before get_text(), so
     the needle's position can be compared with the heading spans. On top of
-    that, the rule of shared/eval/check.py is applied as well (a needle must
-    not contain the text of a heading of 8+ characters), so the set also
-    passes that stricter heuristic.
+    that, the development set's checker's rule is applied as well (a needle
+    must not contain the text of a heading of 8+ characters; docs/EVALUATION.md),
+    so the set also passes that stricter heuristic.
     """
     from bs4 import BeautifulSoup
     with open(path, encoding="utf-8") as fh:

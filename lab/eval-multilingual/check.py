@@ -7,7 +7,7 @@
 Checks: the record formats of questions.jsonl (with `lang` and `doc_lang`), ood.jsonl (with
 `lang`) and acl.json; that every needle occurs exactly once in the whole corpus, in its `doc`,
 and not in a heading, both in the knowledge base's extraction (kb.library.ingest.extract: what
-`manage.py evaluate` indexes) and in the reference extraction of ../shared/eval/README.md
+`manage.py evaluate` indexes) and in the reference extraction of docs/EVALUATION.md
 (BeautifulSoup get_text; HTML only, see reference_texts), so an outside scorer agrees; that each document has one
 `doc_lang`. Matching follows lab/evaluation/metrics.py: NFKC, whitespace collapsed, and for
 needles in a script written without spaces (Japanese here) whitespace removed altogether.
@@ -44,7 +44,7 @@ def kb_texts() -> tuple[dict[str, str], dict[str, list[str]]]:
 
 
 def reference_texts() -> dict[str, str]:
-    """HTML as ../shared/eval extracts it. The PDF is left out: pypdf runs the words of this
+    """HTML as the reference extraction reads it (docs/EVALUATION.md). The PDF is left out: pypdf runs the words of this
     LaTeX-made PDF together (no spaces at all), so no sentence of it survives that extraction."""
     from bs4 import BeautifulSoup
 

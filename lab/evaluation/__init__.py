@@ -1,1 +1,1 @@
-"""Retrieval and answer evaluation: `manage.py evaluate` on a set in the ../shared/eval layout (docs/EVALUATION.md)."""
+"""Retrieval and answer evaluation: `manage.py evaluate` on a set in the evaluation-set layout of docs/EVALUATION.md."""

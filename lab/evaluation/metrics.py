@@ -2,7 +2,7 @@
 
 Pure Python on plain data (no Django), so an evaluation run can be re-scored from its
 dump alone and every number here can be checked by hand in a unit test. Matching
-follows ../shared/eval/README.md: a chunk is a hit when it contains the whole needle
+follows docs/EVALUATION.md ("What the numbers mean"): a chunk is a hit when it contains the whole needle
 after whitespace normalisation (NFKC first, as the shared scorer does, so a PDF's
 compatibility characters compare equal to the plain text of the needle); a needle in a
 script written without spaces (Chinese, Japanese, Thai) also matches with every space
@@ -216,7 +216,7 @@ def language(record: Mapping[str, Any], key: str = "lang") -> str:
 
 
 def has_languages(records: Iterable[Mapping[str, Any]]) -> bool:
-    """Whether a multilingual set: some record carries `lang` or `doc_lang` (../shared/eval/README.md)."""
+    """Whether a multilingual set: some record carries `lang` or `doc_lang` (docs/EVALUATION.md)."""
     return any("lang" in r or "doc_lang" in r for r in records)
 
 
@@ -259,7 +259,7 @@ def score_run(
 ) -> dict[str, Any]:
     """Every figure of the report from the set's files, the dump records and the chunk list.
 
-    `records` are dump lines (DESIGN.md); an optional `nearest` key (nearest candidate
+    `records` are dump lines (docs/DESIGN.md#dump-format); an optional `nearest` key (nearest candidate
     distance, hits or not) feeds the threshold sweep.
     """
     by_key = {(r["set"], r["id"]): r for r in records}

@@ -470,7 +470,7 @@ def _jsonl_write(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
 
 
 def dump_lines(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Records in exactly the DESIGN.md dump shape (run-only keys such as timings left out)."""
+    """Records in exactly the dump shape of docs/DESIGN.md#dump-format (run-only keys such as timings left out)."""
     lines = []
     for record in records:
         line = {k: record[k] for k in DUMP_KEYS if k != "hits"}

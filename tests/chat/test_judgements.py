@@ -299,7 +299,7 @@ def export(tmp_path: Path, user: str, *args: str) -> tuple[list[dict[str, Any]],
 
 
 def assert_set_shaped(questions: list[dict[str, Any]], ood: list[dict[str, Any]]) -> None:
-    """The rows as ../shared/eval/README.md describes them."""
+    """The rows as docs/EVALUATION.md describes them."""
     for row in questions:
         assert tuple(row) == QUESTION_KEYS, row
         assert row["id"] == f"{row['gt']}-{row['phrasing']}" and row["phrasing"] in ("doc", "ticket")

@@ -2,7 +2,7 @@
 
 One real run (module fixture, ~30 s on 2 cores) feeds every test: the live knowledge
 base (here: the test database) must be exactly as before, the outputs must have the
-DESIGN.md shapes, and a scorer written here from the README alone, reading only the
+shapes of docs/DESIGN.md#dump-format, and a scorer written here from docs/EVALUATION.md alone, reading only the
 dump, the chunks file and the set's files, must reproduce the reported numbers.
 """
 

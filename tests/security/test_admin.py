@@ -16,6 +16,7 @@ from kb.library.models import Chunk, Document, Folder
 from kb.library.services import folder_set_access
 from tests.chat.conftest import VAULT, VAULT_QUESTION
 from tests.factories import ingested_document
+from tests.security.pages import CHANGELIST, MISSING, admin_page
 
 SECRET = "ZX-4412-QUARTZ"
 MODELS = ("document", "chunk", "folder", "conversation", "message", "citation", "feedback", "apitoken")
@@ -46,16 +47,20 @@ def hidden(people: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_staff_user_outside_the_group_sees_nothing_of_it_in_the_admin(staff: Client, hidden: dict[str, Any]) -> None:
-    pages = [f"/admin/kb/{m}/" for m in ("document", "chunk", "folder")] + [
-        f"/admin/chat/{m}/" for m in ("conversation", "message", "citation", "feedback")
-    ]
+    office = ingested_document("# Office\n\n## Hours\n\nThe office opens at eight.\n", "office.md")
+    lists = [f"/admin/kb/{m}/" for m in ("document", "chunk", "folder")] + [
+        f"/admin/chat/{m}/" for m in ("conversation", "message", "feedback")
+    ]  # citations have no page of their own: they are the message page's inline
+    pages = [(page, CHANGELIST) for page in lists]
     pages += [
-        f"/admin/kb/document/?folder__id__exact={hidden['folder'].pk}",
-        f"/admin/chat/conversation/{hidden['answer'].conversation_id}/change/",
-        f"/admin/chat/message/{hidden['answer'].pk}/change/",
+        ("/admin/kb/document/", office.title),  # the lists show what she may read
+        ("/admin/kb/chunk/", office.title),
+        (f"/admin/kb/document/?folder__id__exact={hidden['folder'].pk}", CHANGELIST),
+        (f"/admin/chat/conversation/{hidden['answer'].conversation_id}/change/", MISSING),
+        (f"/admin/chat/message/{hidden['answer'].pk}/change/", MISSING),
     ]
-    for page in pages:
-        body = staff.get(page, follow=True).content.decode()
+    for page, marker in pages:
+        body = admin_page(staff, page, marker)
         for secret in (SECRET, "Vault procedures 7781", "vault-7781.md", hidden["document"].title):
             assert secret not in body, (page, secret)
 
@@ -73,7 +78,7 @@ def test_a_token_cannot_be_moved_to_another_user(staff: Client, people: dict[str
 
 def test_the_document_file_cannot_be_swapped_in_the_admin(staff: Client, people: dict[str, Any]) -> None:
     document = ingested_document("# Office\n\n## Hours\n\nThe office opens at eight.\n", "office.md")
-    page = staff.get(f"/admin/kb/document/{document.pk}/change/").content.decode()
+    page = admin_page(staff, f"/admin/kb/document/{document.pk}/change/", 'name="title"')
     assert 'name="file"' not in page
     assert Document.objects.get(pk=document.pk).filename == "office.md"
 

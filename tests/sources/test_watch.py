@@ -272,4 +272,7 @@ def test_a_folder_outside_the_allowed_roots_is_never_watched(share: Path, watche
         assert quiet(watcher, 3 * DEBOUNCE) == []
     assert watcher.watches == {} and source.pk not in watcher.targets
     assert any("KB_SOURCE_FOLDER_ROOTS" in r.getMessage() for r in caplog.records)
+    inside = folder_source(allowed)  # the positive control: a folder under the allowed root is watched
+    caught_up(watcher, inside)
+    assert inside.pk in watcher.targets and source.pk not in watcher.targets
 

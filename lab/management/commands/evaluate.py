@@ -14,15 +14,15 @@ from lab.evaluation.runner import EvaluationError
 
 class Command(BaseCommand):
     help = (
-        "Score retrieval on an evaluation set (the ../shared/eval layout) in a scratch database that is "
+        "Score retrieval on an evaluation set (the layout of docs/EVALUATION.md) in a scratch database that is "
         "dropped afterwards; the live knowledge base is never touched. See docs/EVALUATION.md."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("eval_dir", nargs="?", type=Path, help="questions.jsonl, ood.jsonl, acl.json, corpus/")
         parser.add_argument("--json", type=Path, dest="json_out", help="Write every figure and per-query record here")
-        parser.add_argument("--dump", type=Path, help="Write the ranked hits of every query (JSON lines, DESIGN.md)")
-        parser.add_argument("--chunks", type=Path, help="Write every indexed chunk (JSON lines, DESIGN.md)")
+        parser.add_argument("--dump", type=Path, help="Write the ranked hits of every query (JSON lines, docs/DESIGN.md)")
+        parser.add_argument("--chunks", type=Path, help="Write every indexed chunk (JSON lines, docs/DESIGN.md)")
         parser.add_argument("--plot", type=Path, help="Write distance distributions and the threshold sweep (PNG)")
         parser.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
                             help="Override a retrieval setting for this run, e.g. threshold=0.5 or rerank=false")
