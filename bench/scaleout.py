@@ -16,7 +16,7 @@ and on a schedule (seconds after the askers start):
 - `--kill-web-at` (20): SIGKILL one Daphne. Its readers' sockets close; each reconnects through the
   proxy with `?since=` and reads its answer to the end (the conversation replays);
 - `--kill-worker-at` (40): SIGKILL one answer worker, main process and pool. The answer it was producing
-  must fail with a reason (the other workers' heartbeat, chat.sweeper); the rest go to the other one;
+  must fail with a reason (the other workers' heartbeat, kb.upkeep); the rest go to the other one;
 - `--stop-replica-at` (60): stop the standby. Retrieval must read the primary, with no failed answer;
 - `--start-replica-at` (75): start it again on the same port. Reads must return to it.
 

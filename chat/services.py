@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import uuid
-from collections.abc import Callable
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -27,6 +27,7 @@ from chat.events import CitationPayload, Event, publish
 from chat.models import Citation, Conversation, Feedback, Message
 from chat.selectors import earlier_questions, withheld_from_reviewer
 from kb import queues
+from kb.upkeep import Ended, Lease
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +101,7 @@ def question_ask(*, user: Any, question: str, conversation_id: int | None = None
 def _answer_send(answer: Message, language: str | None = None) -> None:
     """Queue the answer's job. When the broker does not take it (Redis restarting) the answer fails now,
     with the reason, rather than waiting out its lease as a pending answer that nothing will produce."""
-    from chat.tasks import answer_message
-
-    if not queues.send(answer_message, answer.pk, str(answer.job_id), language):
+    if not queues.send("chat.answer_message", answer.pk, str(answer.job_id), language):
         told = gettext(QUEUE_DOWN)
         _fail_lost(answer.pk, answer.conversation_id, Message.Status.PENDING, reason="not queued", told=told,
                    now=timezone.now())
@@ -221,8 +220,7 @@ def answer_produce(*, message_id: int, job_id: str | uuid.UUID | None = None, wo
     # A pending answer has never run, so it has nothing to clear: the common case costs one statement.
     if not claim.filter(status=Message.Status.PENDING).update(**running):
         # A running answer whose worker died long ago (acks_late redelivers its job) starts over.
-        abandoned = claim.filter(status=Message.Status.RUNNING,
-                                 started_at__lt=now - timedelta(seconds=settings.KB_ANSWER_LEASE_SECONDS))
+        abandoned = claim.filter(ANSWER_LEASE.lapsed(now))
         if not abandoned.update(**running, text="", error="", source_documents=[]):
             return None
         Citation.objects.filter(message_id=message_id).delete()
@@ -261,54 +259,29 @@ def _produce(message: Message) -> str | None:
 LOST = gettext_noop("The answer was lost (the server stopped while producing it); please ask again.")
 
 
-def answers_expire(*, now: datetime | None = None) -> int:
-    """Fail answers whose lease ran out: running that long (their worker died) or pending that long
-    (their job was lost). Each one's readers get an `error` event; returns how many."""
-    now = now or timezone.now()
-    cutoff = now - timedelta(seconds=settings.KB_ANSWER_LEASE_SECONDS)
-    stale = Message.objects.filter(
-        Q(status=Message.Status.RUNNING, started_at__lt=cutoff) | Q(status=Message.Status.PENDING, created_at__lt=cutoff),
-        role=Message.Role.ASSISTANT,
-    )
-    return sum(_fail_lost(pk, conversation_id, status, reason="lease expired", now=now)
-               for pk, conversation_id, status in stale.values_list("pk", "conversation_id", "status"))
+def answers_end(answers: QuerySet[Message], why: str) -> Ended:
+    """Fail the `answers` whose work was lost (`why`: "lease expired", "worker lost", ...), each one conditional on
+    the status read; their readers get an `error` event now."""
+    now = timezone.now()
+    return +Counter(failed=sum(_fail_lost(pk, conversation_id, status, reason=why, now=now) for pk, conversation_id, status
+                               in answers.values_list("pk", "conversation_id", "status")))
 
 
-def answers_orphaned(*, worker: str, before: datetime) -> int:
-    """Fail the answers `worker` claimed before `before` (its start) and never finished: the worker died
-    with them, and has just been started again under its name. Their readers get an `error` event now
-    instead of after the lease (KB_ANSWER_LEASE_SECONDS); returns how many."""
-    if not worker:
-        return 0
-    orphans = Message.objects.filter(role=Message.Role.ASSISTANT, status=Message.Status.RUNNING, worker=worker,
-                                     started_at__lt=before)
-    return sum(_fail_lost(pk, conversation_id, Message.Status.RUNNING, reason="worker lost", now=timezone.now())
-               for pk, conversation_id in orphans.values_list("pk", "conversation_id"))
-
-
-def answers_of_silent_workers(*, alive: Callable[[str], bool], before: datetime) -> int:
-    """Fail the running answers claimed before `before` by a worker that has stopped saying it is alive
-    (chat.sweeper's heartbeat): a worker killed outright, main process and all, fails nothing itself, and
-    may never be started again under its name; its readers would otherwise wait out the whole lease."""
-    running = Message.objects.filter(role=Message.Role.ASSISTANT, status=Message.Status.RUNNING,
-                                     started_at__lt=before).exclude(worker="")
-    silent = [worker for worker in running.values_list("worker", flat=True).order_by().distinct() if not alive(worker)]
-    return sum(_fail_lost(pk, conversation_id, Message.Status.RUNNING, reason=f"worker lost ({worker} stopped)",
-                          now=timezone.now())
-               for pk, conversation_id, worker in running.filter(worker__in=silent).values_list(
-                   "pk", "conversation_id", "worker"))
+# Kept by kb.upkeep (registered in chat.apps): an answer running or pending for KB_ANSWER_LEASE_SECONDS, one whose
+# worker was started again or fell silent, fails with its reason.
+ANSWER_LEASE = Lease(work="answers", model=Message, running=Q(role=Message.Role.ASSISTANT, status=Message.Status.RUNNING),
+                     moved="started_at", waiting=Q(role=Message.Role.ASSISTANT, status=Message.Status.PENDING),
+                     waited="created_at", seconds=lambda: settings.KB_ANSWER_LEASE_SECONDS, end=answers_end)
 
 
 def answer_job_lost(*, message_id: int, job_id: str | None) -> bool:
     """The job producing `message_id` ended without finishing it (its worker process was killed, or
     ran past the hard time limit): fail the answer now rather than when its lease runs out. False when
     the answer is finished, or is another job's (a newer attempt owns it)."""
-    claim = Message.objects.filter(pk=message_id, role=Message.Role.ASSISTANT,
-                                   status__in=[Message.Status.PENDING, Message.Status.RUNNING])
+    claim = ANSWER_LEASE.rows(ANSWER_LEASE.running | ANSWER_LEASE.waiting, pk=message_id)
     if job_id is not None:
         claim = claim.filter(job_id=job_id)
-    found = claim.values_list("conversation_id", "status").first()
-    return found is not None and _fail_lost(message_id, found[0], found[1], reason="worker lost", now=timezone.now())
+    return bool(answers_end(claim, "worker lost"))
 
 
 def _fail_lost(pk: int, conversation_id: int, status: str, *, reason: str, now: datetime, told: str = LOST) -> bool:

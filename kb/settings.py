@@ -476,7 +476,7 @@ KB_INGEST_MAX_ATTEMPTS = env_int("KB_INGEST_MAX_ATTEMPTS", 3, minimum=1)  # then
 KB_REINDEX_STALE_BATCH = env_int("KB_REINDEX_STALE_BATCH", 10, minimum=0)
 KB_SWEEP_SECONDS = env_float("KB_SWEEP_SECONDS", 30.0)  # how often each worker sweeps expired work; 0: never
 # How often each worker says it is alive (in Redis); a worker silent for three beats has its answers failed
-# and its documents queued again (chat.sweeper)
+# and its documents queued again (kb.upkeep)
 KB_WORKER_HEARTBEAT_SECONDS = env_float("KB_WORKER_HEARTBEAT_SECONDS", 5.0)
 KB_STATS_REFRESH_SECONDS = env_int("KB_STATS_REFRESH_SECONDS", 10, minimum=1)  # lexical statistics refresh this long after indexing
 KB_OCR_ENABLED = env_bool("KB_OCR", True)  # read PDF pages without a text layer by OCR (seconds per page)

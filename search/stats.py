@@ -10,8 +10,13 @@ not move when restricted documents come and go.
 
 from __future__ import annotations
 
+from functools import partial
+
+import redis
+from django.conf import settings
 from django.db import connection, transaction
 
+from kb import queues
 from kb.text.language import DEFAULT
 
 # The chunk total, as an SQL expression: every row of the view carries it, so one row is read, not
@@ -89,12 +94,7 @@ def on_access_changed(sender: object, **kwargs: object) -> None:
 
 def lexeme_stats_schedule() -> None:
     """Refresh soon, once for a burst of indexed documents."""
-    import redis
-    from django.conf import settings
-
-    from search.tasks import refresh_lexeme_stats
-
     client = redis.Redis.from_url(settings.REDIS_URL)
     seconds = settings.KB_STATS_REFRESH_SECONDS
     if client.set("kb:lexeme-stats:pending", "1", nx=True, ex=seconds):
-        transaction.on_commit(lambda: refresh_lexeme_stats.apply_async(countdown=seconds))
+        transaction.on_commit(partial(queues.send, "search.refresh_lexeme_stats", countdown=seconds))

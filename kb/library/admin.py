@@ -27,7 +27,7 @@ from accounts.acl import EVERYONE, readable_filter
 from kb import queues
 from kb.library.access import document_sync_acl, folders_readable, staff_may, visible_folders
 from kb.library.ingest.extract import SUPPORTED, SUPPORTED_KINDS
-from kb.library.ingest.pipeline import RUNNING, STAGES
+from kb.library.ingest.pipeline import STAGES
 from kb.library.ingest.version import current_index_version
 from kb.library.models import Chunk, Document, Folder, Source, SourcePush, filename_title
 from kb.library.selectors import document_is_stale, documents_stale
@@ -265,7 +265,7 @@ class DocumentAdmin(StaffRuleMixin, admin.ModelAdmin):
         if change and "language" in form.changed_data:
             obj.language_fixed = bool(obj.language)
         super().save_model(request, obj, form, change)
-        if changed and obj.status not in RUNNING:
+        if changed and obj.status not in Document.RUNNING:
             document_queue_ingest(documents=Document.objects.filter(pk=obj.pk))
 
     class Media:
@@ -386,13 +386,13 @@ class DocumentAdmin(StaffRuleMixin, admin.ModelAdmin):
 
     @admin.action(description=gettext_lazy("Retry the selected failed (or stuck) documents"), permissions=["change"])
     def retry_ingest(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
-        n = document_queue_ingest(documents=queryset.filter(status__in=[Document.Status.FAILED, *RUNNING]))
+        n = document_queue_ingest(documents=queryset.filter(status__in=[Document.Status.FAILED, *Document.RUNNING]))
         self.message_user(request, ngettext("Queued %(n)d document for another attempt",
                                             "Queued %(n)d documents for another attempt", n) % {"n": n})
 
     @admin.action(description=gettext_lazy("Index the selected documents again"), permissions=["change"])
     def reindex(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
-        n = document_queue_ingest(documents=queryset.exclude(status__in=RUNNING))
+        n = document_queue_ingest(documents=queryset.exclude(status__in=Document.RUNNING))
         self.message_user(request, ngettext("Queued %(n)d document for re-indexing",
                                             "Queued %(n)d documents for re-indexing", n) % {"n": n})
 
@@ -765,9 +765,7 @@ class SourceAdmin(StaffRuleMixin, admin.ModelAdmin):
 
     @admin.action(description=gettext_lazy("Sync now"), permissions=["change"])
     def sync_now(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
-        from kb.library.tasks import sync_source
-
-        queued = [source.name for source in queryset if queues.send(sync_source, source.pk, False)]
+        queued = [source.name for source in queryset if queues.send("kb.sync_source", source.pk, False)]
         self.message_user(request, ngettext("Queued a run of %(n)d source: %(names)s", "Queued a run of %(n)d sources: %(names)s",
                                             len(queued)) % {"n": len(queued), "names": ", ".join(queued) or gettext("none")})
 

@@ -8,3 +8,10 @@ class LibraryConfig(AppConfig):
     name = "kb.library"
     label = "kb"
     verbose_name = "Knowledge base"
+
+    def ready(self) -> None:
+        """Documents a worker dies indexing are queued again by the worker upkeep (kb.upkeep)."""
+        from kb import upkeep
+        from kb.library.services import DOCUMENT_LEASE
+
+        upkeep.lease_register(DOCUMENT_LEASE)

@@ -166,6 +166,9 @@ class Document(models.Model):
         READY = "ready", _("Ready")
         FAILED = "failed", _("Failed")
 
+    # The pipeline's stages (kb.library.ingest.pipeline): a document in one of them is claimed by a worker.
+    RUNNING = (Status.EXTRACTING, Status.CHUNKING, Status.EMBEDDING)
+
     class Audience(models.TextChoices):
         AUTO = "", "Classify each chunk"
         SCREEN = "screen", "Screens (UI reference)"
@@ -203,7 +206,7 @@ class Document(models.Model):
     failure_reason = models.TextField(blank=True)
     attempts = models.PositiveIntegerField(default=0)
     # The Celery worker (its node name) that claimed the document's last run; blank when it ran in a process
-    # of its own (manage.py ingest). A worker that dies outright is noticed by its heartbeat (chat.sweeper),
+    # of its own (manage.py ingest). A worker that dies outright is noticed by its heartbeat (kb.upkeep),
     # and one started again under its name queues what it was indexing at once, rather than after the lease.
     worker = models.CharField(max_length=255, blank=True, default="")
     audience_default = models.CharField(max_length=16, choices=Audience.choices, default=Audience.AUTO, blank=True)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from functools import partial
 from typing import IO, Any
 
@@ -19,9 +19,11 @@ from django.utils import timezone
 from accounts.acl import principals_admit
 from kb import queues
 from kb.library.access import document_stage_acl, document_sync_acl, hold_folder_grants, staff_may
+from kb.library.events import publish_document_status
 from kb.library.ingest.extract import UnsupportedFile, detect_mime
 from kb.library.models import Chunk, Document, Folder
-from kb.library.selectors import documents_replaceable
+from kb.library.selectors import documents_replaceable, documents_stale
+from kb.upkeep import Ended, Lease
 
 HEAD_BYTES = 8192
 MAX_NAME_CHARS = 255  # what file systems allow for one name; Document.filename holds 300
@@ -158,11 +160,9 @@ def _may_know_file(uploader: Any, document: Document) -> bool:
 
 def _enqueue(ids: list[int]) -> None:
     """After commit. A job the broker does not take (Redis restarting) leaves its document queued: the
-    upload still succeeds, and the sweeper sends the job again once its lease runs out."""
-    from kb.library.tasks import ingest_document
-
+    upload still succeeds, and the sweep (kb.upkeep) sends the job again once its lease runs out."""
     for pk in ids:
-        transaction.on_commit(partial(queues.send, ingest_document, pk))
+        transaction.on_commit(partial(queues.send, "kb.ingest_document", pk))
 
 
 def document_queue_ingest(*, documents: QuerySet[Document]) -> int:
@@ -178,33 +178,38 @@ def documents_refresh_stale(*, batch: int) -> int:
     longest-indexed first, when no document is queued or being indexed; how many. Beat calls it every minute, so an
     upgrade's new index format reaches every document in the background, a batch at a time, behind uploads and
     syncs; readers keep the old chunks until each document's new ones replace them."""
-    from kb.library.ingest.pipeline import RUNNING
-    from kb.library.selectors import documents_stale
-
-    if batch <= 0 or Document.objects.filter(Q(status__in=RUNNING) | Q(status=Document.Status.QUEUED)).exists():
+    if batch <= 0 or Document.objects.filter(Q(status__in=Document.RUNNING) | Q(status=Document.Status.QUEUED)).exists():
         return 0
     return document_queue_ingest(documents=Document.objects.filter(
         pk__in=list(documents_stale().order_by("indexed_at", "pk").values_list("pk", flat=True)[:batch])))
 
 
-def documents_requeue_stuck(*, now: datetime | None = None) -> tuple[int, int]:
-    """Re-queue documents whose work was lost: in a running stage past the ingest lease (the
-    worker died) or queued that long (the broker lost the job). One that already took
-    KB_INGEST_MAX_ATTEMPTS tries fails instead, so a file that kills workers cannot loop.
-    Returns (re-queued, failed)."""
-    from kb.library.ingest.pipeline import RUNNING
-
-    now = now or timezone.now()
-    cutoff = now - timedelta(seconds=settings.KB_INGEST_LEASE_SECONDS)
-    stuck = Document.objects.filter(
-        Q(status__in=RUNNING) | Q(status=Document.Status.QUEUED), updated_at__lt=cutoff
+def documents_end(documents: QuerySet[Document], why: str) -> Ended:
+    """Queue again the `documents` whose work was lost, each conditional on the state read; those of them in a
+    running stage that already took KB_INGEST_MAX_ATTEMPTS tries fail instead, so a file that kills workers
+    cannot loop. A document queued again needs no reason (`why`); a failed one says how many tries it took."""
+    now, tries = timezone.now(), settings.KB_INGEST_MAX_ATTEMPTS
+    offenders = list(documents.filter(status__in=Document.RUNNING, attempts__gte=tries).values_list("pk", flat=True))
+    failed = documents.filter(pk__in=offenders).update(
+        status=Document.Status.FAILED,
+        failed_stage=F("status"),
+        failure_reason=f"the worker stopped while processing it {tries} times (too big or too slow to process?)",
+        updated_at=now,
     )
-    failed = _fail_repeat_offenders(stuck, now=now)
-    ids = list(stuck.values_list("pk", flat=True))
+    again = list(documents.exclude(pk__in=offenders).values_list("pk", flat=True))
     # updated_at moves on, so a document still waiting in a long queue is sent again once per lease at most.
-    Document.objects.filter(pk__in=ids).update(status=Document.Status.QUEUED, updated_at=now)
-    _enqueue(ids)
-    return len(ids), failed
+    queued = documents.filter(pk__in=again).update(status=Document.Status.QUEUED, updated_at=now)
+    _enqueue(again)
+    for pk in offenders + again:
+        publish_document_status(pk)
+    return +Counter({"queued again": queued, "failed": failed})
+
+
+# Kept by kb.upkeep (registered in kb.library.apps): a document in a stage or queued for KB_INGEST_LEASE_SECONDS,
+# one whose worker was started again or fell silent, is queued again (or fails: documents_end).
+DOCUMENT_LEASE = Lease(work="documents", model=Document, running=Q(status__in=Document.RUNNING), moved="updated_at",
+                       waiting=Q(status=Document.Status.QUEUED), waited="updated_at",
+                       seconds=lambda: settings.KB_INGEST_LEASE_SECONDS, end=documents_end)
 
 
 def document_job_lost(*, document_id: int) -> str | None:
@@ -212,57 +217,10 @@ def document_job_lost(*, document_id: int) -> str | None:
     OOM killer) or ran past the hard time limit. Queue it again at once, or fail it once it has taken
     KB_INGEST_MAX_ATTEMPTS tries, rather than leave it in its stage until the lease runs out.
     Returns the new status; None when the document was no longer in a running stage."""
-    from kb.library.events import publish_document_status
-    from kb.library.ingest.pipeline import RUNNING
-
-    now = timezone.now()
-    running = Document.objects.filter(pk=document_id, status__in=RUNNING)
-    if _fail_repeat_offenders(running, now=now):
-        status: str | None = Document.Status.FAILED
-    elif running.update(status=Document.Status.QUEUED, updated_at=now):
-        status = Document.Status.QUEUED
-        _enqueue([document_id])
-    else:
-        return None
-    publish_document_status(document_id)
-    return status
-
-
-def documents_orphaned(*, worker: str, before: datetime) -> int:
-    """Queue again (or fail, past KB_INGEST_MAX_ATTEMPTS) the documents `worker` was indexing when it died:
-    those in a running stage that it claimed and last moved before `before`, its start under the same name.
-    Returns how many."""
-    from kb.library.ingest.pipeline import RUNNING
-
-    if not worker:
-        return 0
-    orphans = Document.objects.filter(status__in=RUNNING, worker=worker, updated_at__lt=before)
-    return sum(document_job_lost(document_id=pk) is not None for pk in orphans.values_list("pk", flat=True))
-
-
-def documents_of_silent_workers(*, alive: Callable[[str], bool], before: datetime) -> int:
-    """documents_orphaned for every worker that has stopped saying it is alive (chat.sweeper's heartbeat), its
-    documents last moved before `before`: a worker killed outright, main process and all, may never be started
-    again under its name, and its documents would otherwise wait out the lease (KB_INGEST_LEASE_SECONDS)."""
-    from kb.library.ingest.pipeline import RUNNING
-
-    running = Document.objects.filter(status__in=RUNNING, updated_at__lt=before).exclude(worker="")
-    silent = [worker for worker in running.values_list("worker", flat=True).order_by().distinct() if not alive(worker)]
-    return sum(documents_orphaned(worker=worker, before=before) for worker in silent)
-
-
-def _fail_repeat_offenders(documents: QuerySet[Document], *, now: datetime) -> int:
-    """Fail those of `documents` in a running stage that already took KB_INGEST_MAX_ATTEMPTS tries,
-    so a file that kills workers cannot loop."""
-    from kb.library.ingest.pipeline import RUNNING
-
-    tries = settings.KB_INGEST_MAX_ATTEMPTS
-    return documents.filter(status__in=RUNNING, attempts__gte=tries).update(
-        status=Document.Status.FAILED,
-        failed_stage=F("status"),
-        failure_reason=f"the worker stopped while processing it {tries} times (too big or too slow to process?)",
-        updated_at=now,
-    )
+    ended = documents_end(DOCUMENT_LEASE.rows(DOCUMENT_LEASE.running, pk=document_id), "job lost")
+    if ended["failed"]:
+        return Document.Status.FAILED
+    return Document.Status.QUEUED if ended["queued again"] else None
 
 
 @transaction.atomic
@@ -341,9 +299,7 @@ def document_replace_file(*, document: Document, name: str, stream: IO[bytes], s
     if locked.source_id is not None:
         raise DocumentStateConflict(f"{locked.filename}: this document comes from a source; fix the file there and "
                                     "sync the source again")
-    from kb.library.ingest.pipeline import RUNNING
-
-    if locked.status in RUNNING:
+    if locked.status in Document.RUNNING:
         raise DocumentStateConflict(f"{locked.filename}: the document is being indexed; wait until it is ready or failed")
     mime = upload_validate(name=name, stream=stream, size=size)
     locked.version += 1  # earlier runs of the pipeline on the old file now write nothing

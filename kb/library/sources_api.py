@@ -370,10 +370,8 @@ def source_sync_now(request: HttpRequest, pk: int, filters: Query[SyncFilter]) -
     """Queue one run on the ingest queue (as `manage.py sync`); 202 with the source's run state as it is now:
     follow `last_run` on the source. A run already under way makes this one end at once as busy. 503 when
     the queue is out of reach. Needs `kb.change_source` and read access to its folder."""
-    from kb.library.tasks import sync_source
-
     source = _source(request, pk, "kb.change_source")
-    if not queues.send(sync_source, source.pk, filters.confirm):
+    if not queues.send("kb.sync_source", source.pk, filters.confirm):
         raise HttpError(503, gettext("The task queue is out of reach; try again in a moment."))
     return Status(202, _out(source))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from celery import shared_task
@@ -9,6 +10,13 @@ from django.conf import settings
 
 from kb import queues
 from kb.celery import when_job_lost
+from kb.library.events import document_indexed
+from kb.library.ingest.pipeline import ingest
+from kb.library.models import Source
+from kb.library.services import document_job_lost, documents_refresh_stale
+from kb.library.sources import schedule
+from kb.library.sources.sync import SourceBusy, SyncResult, source_sync
+from kb.library.sources.webhooks import sync_follow_up
 
 
 # The soft limit raises inside the pipeline, which records why; the hard one (prefork pools) kills a
@@ -19,9 +27,6 @@ from kb.celery import when_job_lost
 @shared_task(name="kb.ingest_document", bind=True, acks_late=True, reject_on_worker_lost=False, ignore_result=True,
              soft_time_limit=settings.KB_INGEST_TIME_LIMIT, time_limit=settings.KB_INGEST_TIME_LIMIT + 60)
 def ingest_document(self: Any, document_id: int) -> str:
-    from kb.library.events import document_indexed
-    from kb.library.ingest.pipeline import ingest
-
     status = ingest(document_id, worker=self.request.hostname or "")
     if status == "ready":
         document_indexed.send(sender=ingest_document, document_ids=[document_id], sync=False)
@@ -31,8 +36,6 @@ def ingest_document(self: Any, document_id: int) -> str:
 def _ingest_job_lost(document_id: int) -> None:
     """The pipeline records its own failures, so a lost job means a lost process: without this the
     document would sit in its stage until the lease runs out (KB_INGEST_LEASE_SECONDS, 600 s)."""
-    from kb.library.services import document_job_lost
-
     document_job_lost(document_id=document_id)
 
 
@@ -47,12 +50,6 @@ SYNC_TIME_LIMIT = 6 * 3600
 @shared_task(name="kb.sync_source", soft_time_limit=SYNC_TIME_LIMIT,  # on the ingest queue, the default
              time_limit=SYNC_TIME_LIMIT + 300)
 def sync_source(source_id: int, confirm: bool = False) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    from kb.library.models import Source
-    from kb.library.sources.sync import SourceBusy, SyncResult, source_sync
-    from kb.library.sources.webhooks import sync_follow_up
-
     source = Source.objects.filter(pk=source_id).first()
     if source is None:
         return asdict(SyncResult(status="failed", reason=f"source {source_id} no longer exists"))
@@ -69,15 +66,11 @@ def sync_source(source_id: int, confirm: bool = False) -> dict[str, Any]:
 @shared_task(name="kb.sources_due", ignore_result=True)
 def sources_due() -> int:
     """Queue a run of each source whose schedule has come round; how many were queued."""
-    from kb.library.sources.schedule import sources_due as due
-
-    return sum(queues.send(sync_source, source.pk) for source in due())
+    return sum(queues.send(sync_source.name, source.pk) for source in schedule.sources_due())
 
 
 # Beat sends this every minute (kb/celery.py), expiring before the next tick as sources_due does.
 @shared_task(name="kb.refresh_stale", ignore_result=True)
 def refresh_stale() -> int:
     """Re-index a batch of stale documents while the ingest queue is idle; how many were queued."""
-    from kb.library.services import documents_refresh_stale
-
     return documents_refresh_stale(batch=settings.KB_REINDEX_STALE_BATCH)

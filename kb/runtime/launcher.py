@@ -76,7 +76,7 @@ def stop_process_groups(processes: Sequence[subprocess.Popen[bytes]], grace: flo
 
     All at once, so stopping takes the slowest child's time rather than the sum: a Celery
     worker stopped while its pool is still loading the model waits for that load. A task
-    cut off by the SIGKILL is not lost (acks_late, and chat.sweeper heals what was running).
+    cut off by the SIGKILL is not lost (acks_late, and kb.upkeep heals what was running).
     """
     for process in processes:
         if process.poll() is None:

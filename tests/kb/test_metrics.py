@@ -22,10 +22,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from chat import answer_counters
 from chat.models import Conversation, Message
-from chat.services import answers_expire, question_ask
+from chat.services import ANSWER_LEASE, question_ask
 from kb.env import ip_networks
 from kb.library.models import Folder, Source
 from kb.library.sources.sync import source_sync
+from kb.upkeep import expire
 from tests.chat.conftest import EXPORT_QUESTION, OOD_QUESTION, SHIPMENTS
 from tests.chat.test_api import answered
 from tests.factories import ingested_document
@@ -173,11 +174,11 @@ def test_a_finished_answer_is_counted_in_the_first_bucket_that_holds_it(client: 
 
 @pytest.mark.django_db
 def test_an_answer_failed_for_its_lost_job_is_counted(client: Client, settings: Any, people: dict[str, Any]) -> None:
-    """The other way an answer finishes: the sweeper fails one whose lease ran out (chat.services._fail_lost)."""
+    """The other way an answer finishes: the sweep fails one whose lease ran out (chat.services._fail_lost)."""
     settings.KB_METRICS_TOKEN, settings.KB_METRICS_NETWORKS = TOKEN, []
     asked = question_ask(user=people["alice"], question="Where is the visitor car park?", enqueue=False)
     Message.objects.filter(pk=asked.answer.pk).update(created_at=timezone.now() - timedelta(days=1))
-    assert answers_expire() == 1
+    assert expire(ANSWER_LEASE) == {"answers failed": 1}
     samples = scraped(client, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
     assert samples[("kb_answers_total", (("outcome", "failed"),))] == 1
     assert samples[("kb_answer_latency_seconds_count", (("phase", "total"),))] == 0

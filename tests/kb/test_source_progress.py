@@ -26,7 +26,6 @@ from kb.library.models import Document, Folder, Source, SourceChange
 from kb.library.sources.git import ASKPASS_USER, cache_dir
 from kb.library.sources.secrets import secret_setting
 from kb.library.sources.sync import source_sync
-from kb.library.tasks import sync_source
 from tests.kb.test_sources import EXPENSES, VACATION, commit, found, git, worker_allowing
 
 TOKEN = "glpat-h4-Zq81vTq0cret"
@@ -74,7 +73,7 @@ def test_a_run_on_a_worker_shows_its_progress_while_it_goes(people: dict[str, An
     client = admin_client(people)
     seen = []
     with worker_allowing(share):
-        assert queues.send(sync_source, source.pk, False)
+        assert queues.send("kb.sync_source", source.pk, False)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             body = client.get(f"/api/sources/{source.pk}").json()

@@ -61,7 +61,7 @@ def test_sigkill_the_whole_worker_during_embedding_and_another_worker_indexes_it
     request: pytest.FixtureRequest
 ) -> None:
     """The worker dies outright (main process and all): nothing reports the lost job, and the lease is 600 s.
-    Its heartbeat stops; another worker's (chat.sweeper) queues the document again after three beats."""
+    Its heartbeat stops; another worker's (kb.upkeep) queues the document again after three beats."""
     worker = start_worker("worker-to-kill")
     try:
         document = big_document_being_embedded()

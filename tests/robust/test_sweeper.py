@@ -24,11 +24,11 @@ from django.utils import timezone
 
 from chat.events import group_name
 from chat.models import Message
-from chat.services import answers_expire, answers_orphaned, question_ask
-from chat.sweeper import PRESENCE, heartbeat
+from chat.services import ANSWER_LEASE, question_ask
 from kb.library.models import Document
-from kb.library.services import document_upload, documents_orphaned, documents_requeue_stuck
+from kb.library.services import DOCUMENT_LEASE, document_upload
 from kb.runtime import embedded
+from kb.upkeep import PRESENCE, expire, heartbeat, leases, orphaned, sweep, worker_started
 from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS
 from tests.chat.openai_stub import StubOpenAI
 from tests.conftest import start_worker, stop_process
@@ -65,12 +65,12 @@ def test_expired_answers_fail_and_their_readers_are_told(people: dict[str, Any],
     Message.objects.filter(pk=busy.pk).update(status=Message.Status.RUNNING, started_at=timezone.now())
 
     with listening_to(lost.conversation_id) as receive:
-        assert answers_expire() == 2
+        assert expire(ANSWER_LEASE) == {"answers failed": 2}
         event = receive()
     assert event["type"] == "error" and event["message"] == lost.pk and "ask again" in event["error"]
     states = dict(Message.objects.filter(pk__in=[lost.pk, never_started.pk, busy.pk]).values_list("pk", "status"))
     assert states == {lost.pk: "failed", never_started.pk: "failed", busy.pk: "running"}
-    assert answers_expire() == 0  # once
+    assert expire(ANSWER_LEASE) == {}  # once
 
 
 @pytest.mark.django_db
@@ -89,14 +89,14 @@ def test_stuck_documents_are_requeued_and_repeat_offenders_fail(
     Document.objects.filter(pk=working.pk).update(status="chunking", attempts=1, updated_at=timezone.now())
 
     with django_capture_on_commit_callbacks() as queued:
-        assert documents_requeue_stuck() == (2, 1)
+        assert expire(DOCUMENT_LEASE) == {"documents queued again": 2, "documents failed": 1}
     assert len(queued) == 2
     rows = {d.pk: d for d in Document.objects.all()}
     assert (rows[died.pk].status, rows[lost.pk].status, rows[working.pk].status) == ("queued", "queued", "chunking")
     assert (rows[killer.pk].status, rows[killer.pk].failed_stage) == ("failed", "embedding")
     assert "stopped while processing it 3 times" in rows[killer.pk].failure_reason
     with django_capture_on_commit_callbacks() as queued:
-        assert documents_requeue_stuck() == (0, 0)  # sent again once per lease at most
+        assert expire(DOCUMENT_LEASE) == {}  # sent again once per lease at most
     assert not queued
 
 
@@ -136,7 +136,7 @@ def test_sigkill_the_worker_mid_answer_and_the_reader_hears_it_failed(
     corpus: dict[str, Document], people: dict[str, Any]
 ) -> None:
     """Killed outright, main process and all, and never started again under its name: another worker's
-    heartbeat (chat.sweeper) notices its silence and fails the answer in seconds, not after the lease."""
+    heartbeat (kb.upkeep) notices its silence and fails the answer in seconds, not after the lease."""
     answer, _ = _answer_whose_worker_dies(people, {"KB_WORKER_HEARTBEAT_SECONDS": "1", "KB_SWEEP_SECONDS": "0"},
                                           worker={"name": "worker-killed-mid-answer"},
                                           replacement={"name": "worker-after-the-kill"})
@@ -169,8 +169,8 @@ def test_only_answers_the_worker_claimed_before_it_started_are_orphans(people: d
         answer = question_ask(user=people["alice"], question=key, enqueue=False).answer
         Message.objects.filter(pk=answer.pk).update(status=Message.Status.RUNNING, worker=worker, started_at=claimed)
         answers[key] = answer.pk
-    assert answers_orphaned(worker="a@host", before=started) == 1
-    assert answers_orphaned(worker="", before=started) == 0
+    assert orphaned(ANSWER_LEASE, worker="a@host", before=started) == {"answers failed": 1}
+    assert orphaned(ANSWER_LEASE, worker="", before=started) == {}
     statuses = dict(Message.objects.filter(pk__in=answers.values()).values_list("pk", "status"))
     assert {key: statuses[pk] for key, pk in answers.items()} == {
         "died with it": "failed", "another worker's": "running", "claimed since": "running", "no worker named": "running"}
@@ -200,8 +200,8 @@ def test_only_documents_the_worker_claimed_before_it_started_are_orphans(django_
                                    ("in-process", "", started - timedelta(seconds=5), "chunking"),
                                    ("finished", "a@host", started - timedelta(seconds=5), "ready")))
     with django_capture_on_commit_callbacks() as queued:
-        assert documents_orphaned(worker="a@host", before=started) == 1
-        assert documents_orphaned(worker="", before=started) == 0
+        assert orphaned(DOCUMENT_LEASE, worker="a@host", before=started) == {"documents queued again": 1}
+        assert orphaned(DOCUMENT_LEASE, worker="", before=started) == {}
     assert len(queued) == 1
     assert statuses_of(documents) == {"died-with-it": "queued", "another-workers": "extracting",
                                       "moved-since": "embedding", "in-process": "chunking", "finished": "ready"}
@@ -236,9 +236,10 @@ def test_only_running_work_of_silent_workers_from_before_their_silence_is_failed
     client.delete(PRESENCE.format("gone@host"))
     redis_up_for(client, 15)
     with django_capture_on_commit_callbacks() as queued:
-        assert heartbeat(client, "here@host", 5.0) == (1, 1)  # says here@host is alive, then sweeps
+        # Says here@host is alive, then ends the silent worker's work.
+        assert heartbeat(client, "here@host", 5.0) == {"answers failed": 1, "documents queued again": 1}
         assert client.pttl(PRESENCE.format("here@host")) > 14_000
-        assert heartbeat(client, "here@host", 5.0) == (0, 0)
+        assert heartbeat(client, "here@host", 5.0) == {}
     assert len(queued) == 1  # the silent worker's document, sent to the ingest queue once
     statuses = dict(Message.objects.filter(pk__in=answers.values()).values_list("pk", "status"))
     assert {key: statuses[pk] for key, pk in answers.items()} == {
@@ -247,6 +248,33 @@ def test_only_running_work_of_silent_workers_from_before_their_silence_is_failed
     assert statuses_of(documents) == {"silent": "queued", "alive": "extracting", "just-moved": "embedding",
                                       "in-process": "chunking"}
     client.delete(PRESENCE.format("here@host"))
+
+
+@pytest.mark.django_db
+def test_the_apps_register_their_leases_and_each_pass_ends_the_work_of_both(
+    people: dict[str, Any], settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    """kb.upkeep imports neither app: chat and the documents app register their leases from AppConfig.ready, and
+    the sweep and a worker's start go through that registry, so one pass ends an answer and a document."""
+    assert {lease.work: lease for lease in leases()} == {"answers": ANSWER_LEASE, "documents": DOCUMENT_LEASE}
+    settings.KB_ANSWER_LEASE_SECONDS = settings.KB_INGEST_LEASE_SECONDS = 60
+    started, long_ago = timezone.now(), timezone.now() - timedelta(seconds=120)
+    died_with = question_ask(user=people["alice"], question="running when a@host died?", enqueue=False).answer
+    Message.objects.filter(pk=died_with.pk).update(status=Message.Status.RUNNING, worker="a@host",
+                                                   started_at=started - timedelta(seconds=5))
+    documents = running_documents((("died-with-a", "a@host", started - timedelta(seconds=5), "embedding"),))
+    with django_capture_on_commit_callbacks() as queued:
+        assert worker_started("a@host", started) == {"answers failed": 1, "documents queued again": 1}
+    assert len(queued) == 1 and statuses_of(documents) == {"died-with-a": "queued"}
+    assert Message.objects.get(pk=died_with.pk).status == Message.Status.FAILED
+
+    never_produced = question_ask(user=people["alice"], question="its job was lost?", enqueue=False).answer
+    Message.objects.filter(pk=never_produced.pk).update(created_at=long_ago)
+    Document.objects.filter(pk=documents["died-with-a"]).update(updated_at=long_ago)  # and its job lost too
+    with django_capture_on_commit_callbacks() as queued:
+        assert sweep() == {"answers failed": 1, "documents queued again": 1}
+        assert sweep() == {}
+    assert len(queued) == 1 and Message.objects.get(pk=never_produced.pk).status == Message.Status.FAILED
 
 
 @pytest.mark.slow
@@ -305,7 +333,7 @@ def test_a_redis_restart_loses_no_queued_work(people: dict[str, Any]) -> None:
     embedded.stop_redis()  # SIGTERM: the append-only file is flushed, as on any clean restart
     assert embedded.start_redis().started_here
     # Every presence key went with the restart: until live workers have beaten again, none is taken for dead.
-    assert heartbeat(redis.Redis.from_url(settings.REDIS_URL), "just-restarted@host", 5.0) == (0, 0)
+    assert heartbeat(redis.Redis.from_url(settings.REDIS_URL), "just-restarted@host", 5.0) == {}
     assert Document.objects.get(pk=orphan).status == Document.Status.EMBEDDING
     worker = start_worker("worker-after-redis-restart")
     try:

@@ -10,11 +10,12 @@ from typing import Any
 
 from django.contrib.auth.models import Group, User
 from django.db.models import Q
+from django.utils import timezone
 
 from kb.library.events import document_indexed
-from kb.library.ingest.pipeline import abandoned, ingest
+from kb.library.ingest.pipeline import ingest
 from kb.library.models import Document, Folder
-from kb.library.services import UploadRejected, document_queue_ingest, document_upload
+from kb.library.services import DOCUMENT_LEASE, UploadRejected, document_queue_ingest, document_upload
 
 Progress = Callable[[str], None]
 
@@ -103,7 +104,7 @@ def ingest_paths(
         document = result.document
         # Same content as before: nothing to do, unless its earlier run never finished
         # (queue message lost with a restarted Redis, or its worker died).
-        lost = Document.objects.filter(Q(status=Document.Status.QUEUED) | abandoned(), pk=document.pk).exists()
+        lost = Document.objects.filter(Q(status=Document.Status.QUEUED) | DOCUMENT_LEASE.lapsed(timezone.now()), pk=document.pk).exists()
         if not result.queued and not lost:
             summary.unchanged.append(name)
         elif sync:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from datetime import timedelta
 from functools import partial
 
 import numpy as np
@@ -24,13 +23,13 @@ from kb.library.events import publish_document_status
 from kb.library.ingest import bounded, chunking, extract, headings, indexing
 from kb.library.ingest.version import current_index_version
 from kb.library.models import Chunk, Document, filename_title
+from kb.library.services import DOCUMENT_LEASE
 from kb.text import classify, embedding, language, multilingual, tokens
 from kb.text import pieces as pieces_format
 from kb.text.tokens import counting_time
 
 log = logging.getLogger(__name__)
 
-RUNNING = (Document.Status.EXTRACTING, Document.Status.CHUNKING, Document.Status.EMBEDDING)
 # Timed stages, in pipeline order (Document.stage_seconds; "tokens" is the token counting done while chunking).
 STAGES = ("extract", "chunk", "tokens", "classify", "embed", "write")
 PROGRESS_EVERY = 128  # chunks per progress report while embedding (about 2 s of work here)
@@ -40,15 +39,9 @@ class StageFailed(Exception):
     """A document-specific failure; its message is shown to admins as the reason."""
 
 
-def abandoned() -> Q:
-    """Documents in a running stage for longer than the lease: their worker died."""
-    lease = timezone.now() - timedelta(seconds=settings.KB_INGEST_LEASE_SECONDS)
-    return Q(status__in=RUNNING, updated_at__lt=lease)
-
-
 def _claim(document_id: int, worker: str) -> bool:
     """Take the document for `worker` (a Celery node name, or blank). False when another worker holds it or it is done."""
-    claimable = Q(status__in=[Document.Status.QUEUED, Document.Status.FAILED]) | abandoned()
+    claimable = Q(status__in=[Document.Status.QUEUED, Document.Status.FAILED]) | DOCUMENT_LEASE.lapsed(timezone.now())
     return bool(
         Document.objects.filter(claimable, pk=document_id).update(
             status=Document.Status.EXTRACTING,
@@ -78,7 +71,7 @@ def _status(document_id: int) -> str:
 
 def ingest(document_id: int, *, worker: str = "") -> str:
     """Index one document; returns its final status. Safe to call twice (the second call is a no-op).
-    `worker`: the Celery node running it, whose heartbeat vouches for the claim (chat.sweeper)."""
+    `worker`: the Celery node running it, whose heartbeat vouches for the claim (kb.upkeep)."""
     if not _claim(document_id, worker):
         return _status(document_id)
     publish_document_status(document_id)

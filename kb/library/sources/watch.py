@@ -123,9 +123,7 @@ def save_digest(paths: set[str], at: datetime) -> str:
 
 def queue_sync(source_id: int) -> bool:
     """Queue a run of the source on the ingest queue; False (logged) when the broker is out of reach."""
-    from kb.library.tasks import sync_source
-
-    return queues.send(sync_source, source_id)
+    return queues.send("kb.sync_source", source_id)
 
 
 @dataclass

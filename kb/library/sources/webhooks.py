@@ -295,9 +295,7 @@ def push_received(source: Source, origin: str, digest: str, *, now: datetime | N
     # After the commit: a run that ends from now on sees this row (sync_follow_up), one under way now is followed.
     if source.pk in sources_running():
         return Outcome(FOLLOWING, "a run of this source is under way: another starts when it ends")
-    from kb.library.tasks import sync_source
-
-    if not queues.send(sync_source, source.pk):
+    if not queues.send("kb.sync_source", source.pk):
         push.delete()  # so that the forge's next delivery of it is not taken for a replay
         raise QueueUnavailable("the task queue is out of reach; deliver the push again in a moment")
     return Outcome(QUEUED, "a run of this source is queued")
@@ -312,6 +310,4 @@ def sync_follow_up(source_id: int) -> bool:
         return False
     if source_id in sources_running():  # another run started since: it lists after the push
         return False
-    from kb.library.tasks import sync_source
-
-    return queues.send(sync_source, source_id)
+    return queues.send("kb.sync_source", source_id)
