@@ -6,12 +6,12 @@ class ChatConfig(AppConfig):
 
     def ready(self) -> None:
         """Curated answers follow their cited passages: a new version of a document, or its deletion, makes an
-        approved answer citing a changed passage stale (chat.curated)."""
+        approved answer citing a changed passage stale (chat.review.curated)."""
         from django.db.models.signals import pre_delete
 
-        from chat import curated
+        from chat.review import curated
         from kb.library.events import document_indexed
         from kb.library.models import Document
 
-        document_indexed.connect(curated.on_document_indexed, dispatch_uid="chat.curated")
-        pre_delete.connect(curated.on_document_deleted, sender=Document, dispatch_uid="chat.curated.deleted")
+        document_indexed.connect(curated.on_document_indexed, dispatch_uid="chat.review.curated")
+        pre_delete.connect(curated.on_document_deleted, sender=Document, dispatch_uid="chat.review.curated.deleted")
