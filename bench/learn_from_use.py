@@ -8,11 +8,11 @@ random split, a `share` of the ground truths is judged through the product's own
 people, so the per-judge cap of the memory holds) asks the doc phrasing (chat.services.question_ask and
 answer_produce, as the worker does) and judges the answer as a careful reader would — "helpful" when it says the
 needle, from its first citation, "should have answered" with the needle's range picked when it was refused, "wrong" with
-the range picked when it quoted something else (chat.judgements.message_judge). Every question is asked again
+the range picked when it quoted something else (chat.review.judgements.message_judge). Every question is asked again
 ("after") and the printed figures compare the two for the ticket phrasings of the judged ground truths (R@1, R@4,
 needle in the answer, refused), for the ground truths left alone (R@1) and for the out-of-domain questions (refused).
 The curated part does the same with curated answers: support writes the needle, cited, as the answer to the doc
-phrasing (chat.curated.curated_create, approved) and the ticket phrasing is asked. Memory and curated answers are
+phrasing (chat.review.curated.curated_create, approved) and the ticket phrasing is asked. Memory and curated answers are
 emptied between splits; each figure is the mean over the splits, with the load average.
 """
 
@@ -142,8 +142,8 @@ def _ask_all(questions: Sequence[Mapping[str, Any]], user: Any, *, answer: set[s
 def _judge(gt_questions: Sequence[Mapping[str, Any]], located: Mapping[str, tuple[int, int, int]],
            judges: Sequence[Any]) -> dict[str, int]:
     """Each doc phrasing asked by a judge through the product and judged as a careful reader would."""
-    from chat.judgements import message_judge
     from chat.models import Judgement, Message
+    from chat.review.judgements import message_judge
     from chat.services import answer_produce, question_ask
     from lab.evaluation import answers, metrics
 
@@ -180,7 +180,7 @@ def _first_citation(message: Any) -> Any:
 def _curate(gt_questions: Sequence[Mapping[str, Any]], located: Mapping[str, tuple[int, int, int]],
             curator: Any) -> int:
     """Support answers each doc phrasing once: the needle's sentence, cited, approved."""
-    from chat.curated import curated_create
+    from chat.review.curated import curated_create
     from kb.library.models import Document
 
     made = 0

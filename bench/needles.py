@@ -1,7 +1,7 @@
 """How often the judgement export finds the right needle for "should have answered" naming a document.
 
 `python bench/needles.py [--eval-dir ../shared/eval]`: the set's corpus is ingested into a scratch database
-(bench/_common.py), and for each of its answerable queries chat.evalset.needle_candidates ranks the
+(bench/_common.py), and for each of its answerable queries chat.review.evalset.needle_candidates ranks the
 sentences of the query's `doc`, as the export does when an employee or a reviewer names that document.
 Counted per number of passages read, required margin of the best over the next, and phrasing: the set's
 needle exactly, a sentence holding it or held by it (the set's sentence boundaries differ from the
@@ -49,7 +49,7 @@ def outcome(found: str | None, needle: str) -> str:
 def run_inner(eval_dir: Path) -> dict[str, Any]:
     from django.core.management import call_command
 
-    from chat.evalset import needle_candidates
+    from chat.review.evalset import needle_candidates
     from kb.library.models import Document
 
     call_command("migrate", interactive=False, verbosity=0)

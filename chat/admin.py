@@ -4,7 +4,7 @@ grants are given and revoked here, and superusers read (and export) the review a
 Staff who are not superusers get only what they may read (kb.library.admin.StaffRuleMixin): answers whose every
 source they may read (chat.selectors.messages_readable), since an answer, its quotes and its flags may repeat
 any of them, and only those whose deletion takes nothing else with it that they may not read; review grants
-only of groups they belong to and folders they may read (chat.review_scope)."""
+only of groups they belong to and folders they may read (chat.review.scope)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
 from django.utils.translation import gettext_lazy
 
-from chat.curated import curated_visible
 from chat.models import (
     Citation,
     Conversation,
@@ -31,7 +30,8 @@ from chat.models import (
     ReviewAccess,
     ReviewGrant,
 )
-from chat.review_scope import access_log_csv, grantable_folders, grantable_groups, grants_manageable, reviewers
+from chat.review.curated import curated_visible
+from chat.review.scope import access_log_csv, grantable_folders, grantable_groups, grants_manageable, reviewers
 from chat.selectors import messages_readable
 from kb.library.access import visible_documents
 from kb.library.admin import ReadableRowsMixin, RecordAdminMixin, StaffRuleMixin
@@ -147,7 +147,7 @@ class MessageAdmin(MessageRowsMixin, StaffRuleMixin, admin.ModelAdmin):
     list_select_related = ("conversation",)
     search_fields = ("text",)
     exclude = ("job_id", "query_vector")  # 384 numbers say nothing to a person
-    # All of it: its sources decide who may read it, and chat.support's flags go through the review API.
+    # All of it: its sources decide who may read it, and chat.claim_support's flags go through the review API.
     readonly_fields = tuple(f.name for f in Message._meta.fields if f.name not in {"id", "job_id", "query_vector"})
     inlines = (CitationInline, FeedbackInline)
 

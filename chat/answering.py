@@ -24,9 +24,9 @@ from django.utils.translation import gettext, gettext_noop
 from chat import match
 from chat.backends import Backend, BackendError, get_backend
 from chat.citations import CitationFilter, render_html
+from chat.claim_support import quoted_at, unsupported_claims
 from chat.events import ClaimPayload, CuratedPayload, Event, Timings, citation_from_source
 from chat.prompts import Source, build_prompt
-from chat.support import quoted_at, unsupported_claims
 from kb.library.access import visible_documents
 from kb.library.models import Chunk, Document
 from kb.library.viewer import page_in
@@ -34,7 +34,7 @@ from kb.text.sentences import INTRODUCES, introduced
 from search.retrieval import Hit, SearchOptions, SearchResult, hybrid_search, names_missing, reassemble
 
 if TYPE_CHECKING:
-    from chat.curated import CuratedMatch, CuratedSource
+    from chat.review.curated import CuratedMatch, CuratedSource
 
 # The English sentences; each is translated where it is sent (gettext), so tests compare with these.
 ACCESS_CHANGED = gettext_noop(
@@ -149,7 +149,7 @@ class AnswerRecord:
     # content-gap topics read back (staff-only, like the refusal reason).
     signals: dict[str, Any] = field(default_factory=dict)
     vector: list[float] | None = None
-    curated: int | None = None  # the curated answer served (chat.curated), if one was
+    curated: int | None = None  # the curated answer served (chat.review.curated), if one was
 
 
 class AnswerStream(Iterator[Event]):
@@ -211,7 +211,7 @@ def _curated(record: AnswerRecord, matched: CuratedMatch, passages: Sequence[Cur
              message: int, started: float, timings: Timings) -> Iterator[Event]:
     """The curated answer as an answer's events: its text in pieces, the passages as they stand now, and a
     `done` marked curated (by whom, approved when, support's statement apart from the quotes)."""
-    from chat import curated
+    from chat.review import curated
 
     answer = matched.answer
     given = {p.chunk.document_id for p in passages}
@@ -255,9 +255,9 @@ def _answered(record: AnswerRecord, *, user: Any, question: str, message: int, r
         record.signals["remembered"] = result.remembered
     record.vector = result.vector.tolist() if result.vector is not None else None
     # A curated answer whose example question is this one in other words, every passage of it readable by the
-    # asker now, comes before the refusal and before any model (chat.curated; imported here: chat.curated's errors
-    # are chat.services', which imports this module).
-    from chat import curated
+    # asker now, comes before the refusal and before any model (chat.review.curated; imported here: its errors are
+    # chat.services', which imports this module).
+    from chat.review import curated
 
     nearest = curated.curated_for(user=user, vector=result.vector, first=[h.chunk_id for h in result.hits])
     passages = curated.curated_sources(nearest.answer) if nearest else None

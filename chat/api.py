@@ -1,4 +1,5 @@
-"""POST /api/ask, the caller's conversations, and the support review API.
+"""POST /api/ask, the caller's conversations and their verdicts on their own answers; the review desk's router
+(chat.review.desk_api) shows answers with these schemas and helpers.
 
 Mounted with `api.add_router("/", "chat.api.router")` in kb/api.py, so it inherits the
 API's auth (session with CSRF, or a Bearer token).
@@ -15,18 +16,17 @@ from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import Field
 
-from accounts.api import api_auth
+from accounts.auth import api_auth
 from accounts.models import Scope
-from chat import judgements, selectors, services
+from chat import selectors, services
 from chat.events import CitationPayload, CuratedPayload, EventSchema
-from chat.judgements import JudgementView
-from chat.models import Conversation, Judgement, Message, ReviewAccess
-from chat.selectors import FeedbackView, MessagePage, MessageView, ReviewView
-from kb.api_contract import BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, StrictIn, TypedIn
+from chat.models import Conversation, Judgement
+from chat.review import desk, judgements
+from chat.review.judgements import JudgementView
+from chat.selectors import MessagePage, MessageView
+from kb.schemas import BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, StrictIn, TypedIn
 
 router = Router(tags=["chat"], auth=api_auth(Scope.ASK))
-
-PREVIEW_CHARS = 300  # of a quote in a list; answers get four times as much
 
 
 class AskIn(TypedIn):  # also a websocket message, whose "type" it ignores
@@ -134,125 +134,6 @@ class ConversationIn(StrictIn):
                        description="Shown as one line (runs of spaces and line breaks become one space)")
 
 
-class FeedbackIn(TypedIn):
-    kind: Literal["right_source", "wrong_source", "unsupported", "outdated"] = Field(
-        description="right_source confirms a citation (its question is remembered for the passage it quotes); "
-                    "the others flag the answer or a citation")
-    citation: int | None = Field(default=None, description="The citation's number; none flags the whole answer "
-                                                           "(right_source needs one)")
-    note: str = Field(default="", max_length=4000, pattern=NO_NUL)
-
-
-class FeedbackOut(Schema):
-    id: int
-    kind: str
-    citation: int | None
-    note: str
-    reviewer: str | None
-    created_at: datetime
-
-
-class ReviewAnswerOut(MessageOut):
-    conversation: int
-    owner: str
-    question: str
-    feedback: list[FeedbackOut]
-
-
-class ReviewCitationBriefOut(Schema):
-    number: int
-    chunk_id: int | None
-    document_id: int
-    document_title: str
-    label: str
-    link: str
-    quote: str = Field(description=f"The first {PREVIEW_CHARS} characters of the quote")
-    quote_truncated: bool = Field(description="The whole quote is in GET /review/answers/{id}")
-    page: int | None
-
-
-class ReviewAnswerBriefOut(Schema):
-    """What one entry of the review desk shows; GET /review/answers/{id} has the rest."""
-
-    id: int
-    conversation: int
-    owner: str
-    question: str
-    follows: str = Field(default="", description="The question asked before this one in the conversation (what a "
-                                                 "follow-up builds on); empty for a first question")
-    status: str
-    text: str = Field(description=f"The first {PREVIEW_CHARS * 4} characters of the answer")
-    text_truncated: bool
-    withheld: bool
-    refusal_reason: str
-    error: str
-    backend: str
-    match: str = Field(default="", description="chat.match's label: \"quoted\", \"closest\", or empty")
-    citations: list[ReviewCitationBriefOut]
-    restricted_citations: list[int]
-    unsupported: list[UnsupportedClaimOut]
-    feedback: list[FeedbackOut]
-    judgements: list[JudgementOut]
-    review_grants: list[str] = Field(description="The caller's review grants this answer is shown through (logged)")
-    created_at: datetime
-
-
-class VerdictIn(TypedIn):
-    verdict: Literal["confirmed", "dismissed"]
-
-
-ReviewQueue = Literal["unreviewed", "closest", "rated_down", "refused", "flagged", "all"]
-QUEUE_HELP = ("unreviewed: finished answers and refusals no reviewer has judged; closest: answers labelled as a "
-              "closest match, which may not answer the question; rated_down: the asker's thumbs "
-              "down; refused; flagged: a reviewer's flag on the answer or a citation; all")
-
-
-class ReviewNarrow(Schema):
-    folder: int | None = Field(default=None, ge=1, le=2**63 - 1,
-                               description="Only answers drawing on a document in this folder")
-    q: str = Field(default="", max_length=selectors.SEARCH_MAX, pattern=NO_NUL,
-                   description="Only answers whose question or text holds each word (answers withheld from the "
-                               "caller are never searched)")
-
-
-class ReviewFilter(ReviewNarrow):
-    flagged: bool | None = None
-    status: Literal["pending", "running", "done", "refused", "failed"] | None = None
-    queue: ReviewQueue | None = Field(default=None, description=f"The review queue: {QUEUE_HELP}. With `queue`, "
-                                      "`folder` or `q`, answers withheld from the caller are left out (GET "
-                                      "/review/counts counts them as `hidden`); without, they are listed withheld")
-    limit: int = Field(default=20, ge=1, le=100)
-    before: int | None = Field(default=None, description="Only answers with a smaller id (the next page)")
-
-
-class ReviewCountsIn(ReviewNarrow):
-    queue: ReviewQueue = Field(default="unreviewed", description="The queue the folder counts are of")
-
-
-class QueueCountsOut(Schema):
-    unreviewed: int
-    closest: int
-    rated_down: int
-    refused: int
-    flagged: int
-    all: int
-
-
-class FolderCountOut(Schema):
-    id: int
-    name: str
-    count: int = Field(description="Answers of the queue drawing on a document in the folder")
-
-
-class ReviewCountsOut(Schema):
-    queues: QueueCountsOut = Field(description="Answers in each queue (in `folder`, matching `q`) the caller may "
-                                               "see in full")
-    folders: list[FolderCountOut] = Field(description="Folders the caller knows of with answers of `queue` "
-                                                      "(matching `q`)")
-    hidden: int = Field(description="Answers withheld from the caller (they draw on a document the caller may not "
-                                    "read): never listed, and the same whatever the queue, folder or search")
-
-
 class ConversationPage(Schema):
     q: str = Field(default="", max_length=200, pattern=NO_NUL,
                    description="Only conversations whose title or one of whose questions holds every word")
@@ -278,14 +159,15 @@ def _judgement(shown: JudgementView) -> dict[str, Any]:
             "updated_at": j.updated_at}
 
 
-def _judgements(views: list[MessageView], *, viewer: Any, everyone: bool) -> dict[int, list[dict[str, Any]]]:
-    """The verdicts each of the views' answers shows `viewer` (chat.judgements.judgement_views)."""
+def judgements_out(views: list[MessageView], *, viewer: Any, everyone: bool) -> dict[int, list[dict[str, Any]]]:
+    """The verdicts each of the views' answers shows `viewer` (chat.review.judgements.judgement_views)."""
     shown = judgements.judgement_views([v.message for v in views], viewer=viewer, everyone=everyone,
                                        withheld={v.message.pk for v in views if v.withheld})
     return {pk: [_judgement(j) for j in found] for pk, found in shown.items()}
 
 
-def _message(view: MessageView, judged: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+def message_out(view: MessageView, judged: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+    """A message as MessageOut; the review desk's answers extend it."""
     m = view.message
     events = selectors.message_events(view)
     return {
@@ -297,68 +179,6 @@ def _message(view: MessageView, judged: dict[int, list[dict[str, Any]]]) -> dict
         "created_at": m.created_at, "events": events,
         "curated": next((e.get("curated") for e in events if e["type"] == "done"), None),
     }
-
-
-def _feedback(shown: FeedbackView) -> dict[str, Any]:
-    feedback = shown.feedback
-    return {
-        "id": feedback.pk, "kind": feedback.kind, "citation": feedback.citation.number if feedback.citation else None,
-        "note": shown.note, "reviewer": feedback.reviewer.get_username() if feedback.reviewer else None,
-        "created_at": feedback.created_at,
-    }
-
-
-def _review(review: ReviewView, judged: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
-    m = review.answer.message
-    return _message(review.answer, judged) | {
-        "conversation": m.conversation_id,
-        "owner": m.conversation.owner.get_username(),
-        "question": m.question.text if m.question else "",
-        "feedback": [_feedback(f) for f in review.feedback],
-    }
-
-
-def _preview(text: str, limit: int) -> tuple[str, bool]:
-    """The start of `text`, cut at a word where one is near, and whether anything was cut."""
-    if len(text) <= limit:
-        return text, False
-    cut = text[:limit]
-    return (cut.rsplit(" ", 1)[0] if " " in cut[limit // 2 :] else cut) + "…", True
-
-
-def _review_brief(review: ReviewView, judged: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
-    view, m = review.answer, review.answer.message
-    text, text_truncated = _preview(view.text or "", PREVIEW_CHARS * 4)
-    citations = []
-    for c in view.citations:
-        quote, cut = _preview(c["quote"], PREVIEW_CHARS)
-        citations.append({k: c[k] for k in ("number", "chunk_id", "document_id", "document_title", "label", "link",  # type: ignore[literal-required]
-                                            "page")} | {"quote": quote, "quote_truncated": cut})
-    return {
-        "id": m.pk, "conversation": m.conversation_id, "owner": m.conversation.owner.get_username(),
-        "question": m.question.text if m.question else "", "follows": getattr(m, "follows", None) or "",
-        "status": m.status, "text": text,
-        "text_truncated": text_truncated, "withheld": view.withheld, "refusal_reason": view.refusal_reason,
-        "error": view.error, "backend": m.backend, "match": m.match, "citations": citations,
-        "restricted_citations": view.restricted,
-        "unsupported": view.unsupported, "feedback": [_feedback(f) for f in review.feedback],
-        "judgements": judged.get(m.pk, []), "review_grants": view.grants, "created_at": m.created_at,
-    }
-
-
-def _require_reviewer(request: HttpRequest) -> None:
-    if not selectors.is_reviewer(request.user):
-        raise HttpError(404, gettext("no such page"))  # support's pages do not exist for anyone else
-
-
-SURFACE_HEADER = "X-Review-Surface"  # the review desk's script sends "page", for the access log
-
-
-def _surface(request: HttpRequest) -> str:
-    """Where a review read comes from, as the access log names it: the review page's script, or the API."""
-    if request.headers.get(SURFACE_HEADER) == "page":
-        return ReviewAccess.Surface.REVIEW_PAGE
-    return ReviewAccess.Surface.REVIEW_API
 
 
 @router.post("/ask", response={202: AskOut, **BODY, **NOT_FOUND, 429: ErrorOut})
@@ -392,19 +212,20 @@ def conversation_delete(request: HttpRequest, conversation_id: int) -> Status[No
 @router.get("/conversations/{conversation_id}", response={200: ConversationOut, **PARAMS, **NOT_FOUND})
 def conversation(request: HttpRequest, conversation_id: int, page: Query[MessagesPage]) -> dict[str, Any]:
     """The conversation's latest messages, a page at a time: `before` leads to the earlier ones."""
-    return _conversation_out(selectors.conversation_for_user(request.user, conversation_id), viewer=request.user,
-                             page=page, review=False)
+    return conversation_out(selectors.conversation_for_user(request.user, conversation_id), viewer=request.user,
+                            page=page, review=False)
 
 
-def _conversation_out(found: Conversation | None, *, viewer: Any, page: MessagesPage, review: bool) -> dict[str, Any]:
+def conversation_out(found: Conversation | None, *, viewer: Any, page: MessagesPage, review: bool) -> dict[str, Any]:
+    """A page of the conversation as ConversationOut: as its owner reads it, or (`review`) as the review desk does."""
     if found is None:
         raise HttpError(404, gettext("no such conversation"))
     shown: MessagePage = (
-        selectors.review_conversation_page(found, viewer=viewer, before=page.before, limit=page.limit) if review
+        desk.review_conversation_page(found, viewer=viewer, before=page.before, limit=page.limit) if review
         else selectors.conversation_page(found, viewer=viewer, before=page.before, limit=page.limit))
-    judged = _judgements(shown.views, viewer=viewer, everyone=review)
+    judged = judgements_out(shown.views, viewer=viewer, everyone=review)
     return {"id": found.pk, "title": found.title, "created_at": found.created_at, "updated_at": found.updated_at,
-            "stream": stream_path(found.pk), "messages": [_message(v, judged) for v in shown.views],
+            "stream": stream_path(found.pk), "messages": [message_out(v, judged) for v in shown.views],
             "before": shown.before}
 
 
@@ -425,7 +246,7 @@ class RatingOut(Schema):
 @router.post("/messages/{message_id}/rating", response={200: RatingOut, **BODY, **NOT_FOUND})
 def rate(request: HttpRequest, message_id: int, payload: RatingIn) -> dict[str, Any]:
     """Thumbs up (1) or down (-1) on one of your own answers, a thumbs down with a reason chip and a comment; 0
-    takes it back. Stored as the verdict the reason maps to (chat.judgements.feedback_kind): up "helpful", down
+    takes it back. Stored as the verdict the reason maps to (chat.review.judgements.feedback_kind): up "helpful", down
     "wrong", "should_refuse" or "should_answer"; a bare thumbs down keeps a negative verdict already given."""
     judgements.message_rate(user=request.user, message_id=message_id, rating=payload.rating, reason=payload.reason,
                             comment=payload.comment)
@@ -452,14 +273,15 @@ class PickOut(Schema):
     conversation: int = Field(description="The conversation the answer is in")
 
 
-def _judge(request: HttpRequest, message_id: int, payload: JudgementIn, role: str) -> Status[dict[str, Any]]:
+def judge_as(request: HttpRequest, message_id: int, payload: JudgementIn, role: str) -> Status[dict[str, Any]]:
+    """The caller's verdict as the asker or as a reviewer (chat.review.judgements decides who may give it)."""
     judgement = judgements.message_judge(judge=request.user, message_id=message_id, role=role, kind=payload.kind,
                                          document_id=payload.document, note=payload.note, start=payload.start,
                                          end=payload.end)
     return Status(200, _judgement(JudgementView(judgement, judgement.document)))
 
 
-def _pick(request: HttpRequest, message_id: int, role: str) -> dict[str, Any]:
+def pick_as(request: HttpRequest, message_id: int, role: str) -> dict[str, Any]:
     target = judgements.pick_target(judge=request.user, message_id=message_id, role=role)
     return {"question": target.question, "refused": target.refused, "conversation": target.conversation_id}
 
@@ -468,7 +290,7 @@ def _pick(request: HttpRequest, message_id: int, role: str) -> dict[str, Any]:
 def judge(request: HttpRequest, message_id: int, payload: JudgementIn) -> Status[dict[str, Any]]:
     """Your verdict on one of your own finished answers (a second replaces the first); it sets the thumbs too.
     A document you may not read is not found, like a missing one, and nothing is stored."""
-    return _judge(request, message_id, payload, Judgement.Role.ASKER)
+    return judge_as(request, message_id, payload, Judgement.Role.ASKER)
 
 
 @router.delete("/messages/{message_id}/judgement", response={204: None, **PARAMS, **NOT_FOUND})
@@ -482,97 +304,4 @@ def unjudge(request: HttpRequest, message_id: int) -> Status[None]:
 def judgement_pick(request: HttpRequest, message_id: int) -> dict[str, Any]:
     """The document viewer's pick mode: the question of one of your own finished answers, whose answering passage
     you are picking (then POST the judgement with document, start and end)."""
-    return _pick(request, message_id, Judgement.Role.ASKER)
-
-
-@router.get("/review/answers", response={200: list[ReviewAnswerBriefOut], **PARAMS, **NOT_FOUND}, tags=["review"])
-def review_answers(request: HttpRequest, filters: Query[ReviewFilter]) -> list[dict[str, Any]]:
-    """A page of answers as the review desk shows them, those with unjudged unsupported claims first, then newest
-    first: quotes and long answers
-    trimmed (GET /review/answers/{id} has them whole); `before=<last id>` is the next page (support staff only)."""
-    _require_reviewer(request)
-    if filters.queue or filters.folder or filters.q.strip():
-        reviews = selectors.review_queue(reviewer=request.user, queue=filters.queue or "all", folder=filters.folder,
-                                         search=filters.q, flagged=filters.flagged, status=filters.status,
-                                         limit=filters.limit, before=filters.before, surface=_surface(request))
-    else:
-        answers = selectors.review_answers(flagged=filters.flagged, status=filters.status, limit=filters.limit,
-                                           before=filters.before)
-        reviews = selectors.review_views(answers, viewer=request.user, surface=_surface(request))
-    judged = _judgements([r.answer for r in reviews], viewer=request.user, everyone=True)
-    return [_review_brief(r, judged) for r in reviews]
-
-
-@router.get("/review/counts", response={200: ReviewCountsOut, **PARAMS, **NOT_FOUND}, tags=["review"])
-def review_counts(request: HttpRequest, filters: Query[ReviewCountsIn]) -> dict[str, Any]:
-    """The review desk's counts: each queue's answers, each folder's, and how many answers are withheld from the
-    caller (a number only: nothing else about them is listed, searched or counted) (support staff only)."""
-    _require_reviewer(request)
-    counts = selectors.review_counts(reviewer=request.user, queue=filters.queue, folder=filters.folder,
-                                     search=filters.q)
-    return {"queues": counts.queues, "folders": [vars(f) for f in counts.folders], "hidden": counts.hidden}
-
-
-@router.get("/review/answers/{message_id}", response={200: ReviewAnswerOut, **PARAMS, **NOT_FOUND}, tags=["review"])
-def review_answer(request: HttpRequest, message_id: int) -> dict[str, Any]:
-    _require_reviewer(request)
-    answer = selectors.review_answer(message_id)
-    if answer is None:
-        raise HttpError(404, gettext("no such answer"))
-    review = selectors.review_views([answer], viewer=request.user, surface=_surface(request))[0]
-    return _review(review, _judgements([review.answer], viewer=request.user, everyone=True))
-
-
-@router.post("/review/answers/{message_id}/feedback", response={201: FeedbackOut, **BODY, **NOT_FOUND}, tags=["review"])
-def review_feedback(request: HttpRequest, message_id: int, payload: FeedbackIn) -> Status[dict[str, Any]]:
-    _require_reviewer(request)
-    answer = Message.objects.filter(pk=message_id, role=Message.Role.ASSISTANT).first()
-    if answer is None:
-        raise HttpError(404, gettext("no such answer"))
-    created = services.feedback_add(reviewer=request.user, message=answer, kind=payload.kind,
-                                    citation_number=payload.citation, note=payload.note)
-    return Status(201, _feedback(FeedbackView(created, created.note)))
-
-
-@router.post("/review/answers/{message_id}/unsupported/{index}", response={200: ReviewAnswerOut, **BODY, **NOT_FOUND},
-             tags=["review"])
-def review_unsupported(request: HttpRequest, message_id: int, index: int, payload: VerdictIn) -> dict[str, Any]:
-    """Confirm (filed as an "unsupported" flag) or dismiss the answer's unsupported claim `index` (0-based)."""
-    _require_reviewer(request)
-    services.unsupported_claim_review(reviewer=request.user, message_id=message_id, index=index,
-                                      verdict=payload.verdict)
-    return review_answer(request, message_id)
-
-
-@router.post("/review/answers/{message_id}/judgement", response={200: JudgementOut, **BODY, **NOT_FOUND},
-             tags=["review"])
-def review_judge(request: HttpRequest, message_id: int, payload: JudgementIn) -> Status[dict[str, Any]]:
-    """A reviewer's verdict on an answer they may see in full (a second replaces the first): on a refusal,
-    'should_answer' with the document that answers it marks the question answerable from it."""
-    _require_reviewer(request)
-    return _judge(request, message_id, payload, Judgement.Role.REVIEWER)
-
-
-@router.delete("/review/answers/{message_id}/judgement", response={204: None, **PARAMS, **NOT_FOUND}, tags=["review"])
-def review_unjudge(request: HttpRequest, message_id: int) -> Status[None]:
-    """Take your verdict as a reviewer back."""
-    _require_reviewer(request)
-    judgements.message_unjudge(judge=request.user, message_id=message_id, role=Judgement.Role.REVIEWER)
-    return Status(204, None)
-
-
-@router.get("/review/answers/{message_id}/judgement/pick", response={200: PickOut, **PARAMS, **NOT_FOUND},
-            tags=["review"])
-def review_judgement_pick(request: HttpRequest, message_id: int) -> dict[str, Any]:
-    """The document viewer's pick mode for a reviewer: the question of an answer you may judge."""
-    _require_reviewer(request)
-    return _pick(request, message_id, Judgement.Role.REVIEWER)
-
-
-@router.get("/review/conversations/{conversation_id}", response={200: ConversationOut, **PARAMS, **NOT_FOUND},
-            tags=["review"])
-def review_conversation(request: HttpRequest, conversation_id: int, page: Query[MessagesPage]) -> dict[str, Any]:
-    """Any conversation, read-only, a page at a time (support staff only; streaming stays with its owner)."""
-    _require_reviewer(request)
-    return _conversation_out(Conversation.objects.filter(pk=conversation_id).first(), viewer=request.user, page=page,
-                             review=True)
+    return pick_as(request, message_id, Judgement.Role.ASKER)

@@ -192,7 +192,7 @@ def _note(match: re.Match[str]) -> str:
 def render_html(text: str, citations: Mapping[int, Linkable],
                 unsupported: Sequence[Mapping[str, Any]] = ()) -> str:
     """Safe HTML for an answer: escaped text, [n] linked to the server's locator, code spans inert, and each
-    unsupported sentence (chat.support) underlined subtly with "not found in source [n]" after it."""
+    unsupported sentence (chat.claim_support) underlined subtly with "not found in source [n]" after it."""
     html: str = escape(_mark_unsupported(text, unsupported))
 
     def marker(match: re.Match[str]) -> str:

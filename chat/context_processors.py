@@ -7,7 +7,7 @@ from functools import partial
 
 from django.http import HttpRequest
 
-from chat.gaps import may_view_gaps
+from chat.review.gaps import may_view_gaps
 from chat.selectors import is_reviewer
 
 

@@ -24,7 +24,7 @@ from pydantic import Field
 # pydantic (the API's schemas) reads typing_extensions' TypedDict on Python 3.11, not typing's.
 from typing_extensions import TypedDict
 
-from chat.support import UnsupportedClaim
+from chat.claim_support import UnsupportedClaim
 
 if TYPE_CHECKING:
     from chat.models import Citation
@@ -136,7 +136,7 @@ class MatchPayload(TypedDict):
 
 
 class CuratedPayload(TypedDict):
-    """A curated answer (chat.curated), as the reader is told: support's, by whom, approved when, and support's
+    """A curated answer (chat.review.curated), as the reader is told: support's, by whom, approved when, and support's
     own statement, shown apart from the quotes."""
 
     by: str
@@ -159,7 +159,7 @@ class DoneEvent(TypedDict):
     unsupported: list[ClaimPayload]
     match: NotRequired[str]  # chat.match: "quoted" or "closest" (may not answer the question); "curated"
     match_signals: NotRequired[MatchPayload]
-    curated: NotRequired[CuratedPayload]  # with match "curated": support's curated answer (chat.curated)
+    curated: NotRequired[CuratedPayload]  # with match "curated": support's curated answer (chat.review.curated)
 
 
 class RefusedEvent(TypedDict):

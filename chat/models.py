@@ -69,13 +69,13 @@ class Message(models.Model):
     notice = models.CharField(max_length=300, blank=True, help_text="Shown with the answer, e.g. a small model's caveat")
     match = models.CharField(max_length=16, blank=True,
                              help_text="How well the answer matches its question (chat.match): quoted, closest, or curated")
-    # The curated answer it served (chat.curated), if it was one.
+    # The curated answer it served (chat.review.curated), if it was one.
     curated = models.ForeignKey("chat.CuratedAnswer", null=True, blank=True, on_delete=models.SET_NULL,
                                 related_name="served")
     # Every document handed to the generator, cited or not: the answer may draw on any of them,
     # so it is shown only to readers who may read them all (chat.selectors).
     source_documents = ArrayField(models.BigIntegerField(), default=list, blank=True)
-    # chat.support's verdict on the finished answer: the cited sentences their quotes do not back, each
+    # chat.claim_support's verdict on the finished answer: the cited sentences their quotes do not back, each
     # with the reviewer's "verdict" (open, confirmed, dismissed); open ones put the answer first on the review desk.
     unsupported = models.JSONField(default=list, blank=True)
     nearest_distance = models.FloatField(null=True, blank=True)
@@ -173,7 +173,7 @@ class Feedback(models.Model):
 
 class Judgement(models.Model):
     """One person's verdict on one answer: the asker's own, or a support reviewer's. The verdicts of a
-    deployment are its own evaluation set (chat.evalset, `manage.py export_judgements`)."""
+    deployment are its own evaluation set (chat.review.evalset, `manage.py export_judgements`)."""
 
     class Kind(models.TextChoices):
         HELPFUL = "helpful", "Helpful"  # on a refusal: right to refuse
@@ -186,7 +186,7 @@ class Judgement(models.Model):
         REVIEWER = "reviewer"
 
     class Reason(models.TextChoices):
-        """The reason chip with an asker's thumbs down (the Ask page): chat.judgements.REASON_KIND maps each onto
+        """The reason chip with an asker's thumbs down (the Ask page): chat.review.judgements.REASON_KIND maps each onto
         the kind it is stored as; two share "wrong", so the reason is kept beside it."""
 
         OFF_TOPIC = "off_topic", "Doesn't answer my question"
@@ -291,7 +291,7 @@ class ReviewAccess(models.Model):
 
 
 class CuratedAnswer(models.Model):
-    """Support's answer to a recurring question, written once (chat.curated): text whose claims cite passages
+    """Support's answer to a recurring question, written once (chat.review.curated): text whose claims cite passages
     (CuratedCitation), plus the example questions it answers (CuratedQuestion). A later question close to an example
     gets it, only when the asker may read every cited passage at that moment; a cited passage that changes or
     disappears makes it stale, and it is not served until approved again."""

@@ -1,6 +1,6 @@
 """What verdicts on an answer teach retrieval (search.memory): the passage an answer's citation stands for, and the
-remembered questions a verdict adds or contradicts. chat.judgements (the asker's and reviewers' verdicts) and
-chat.services.feedback_add (support's confirmed or wrong citations) call these; who may give which verdict is
+remembered questions a verdict adds or contradicts. chat.review.judgements (the asker's and reviewers' verdicts) and
+chat.review.feedback.feedback_add (support's confirmed or wrong citations) call these; who may give which verdict is
 theirs to check.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from chat.claim_support import quoted_spans
 from chat.models import Citation, Message
-from chat.support import quoted_spans
 from search import memory
 from search.models import RememberedQuestion
 
@@ -30,7 +30,7 @@ def first_citation(message: Message) -> Citation | None:
 
 def cited_passage(citation: Citation, answer: str = "") -> tuple[int, str, tuple[int, int]] | None:
     """The passage (document id, stable id) a citation quotes, and the document's range that answered: from the first
-    to the last of the `answer`'s sentences citing it that stand in its quote (chat.support.quoted_spans), else the
+    to the last of the `answer`'s sentences citing it that stand in its quote (chat.claim_support.quoted_spans), else the
     quoted sentence (`&focus=` in its link), else the quote. The citation's chunk while it exists; after a re-index,
     the passage of the document's current version at the quote (search.memory.passage_at); None when there is none."""
     if citation.document_id is None:

@@ -1,4 +1,4 @@
-"""Writes: asking a question, producing (storing and publishing) its answer, reviewers' feedback."""
+"""Writes: asking a question, producing (storing and publishing) its answer; reviewers' feedback is chat.review.feedback."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from chat import remembering
 from chat.answer_counters import answer_finished
 from chat.answering import AnswerRecord, answer_stream
 from chat.events import CitationPayload, Event, publish
-from chat.models import Citation, Conversation, Feedback, Message
-from chat.selectors import earlier_questions, withheld_from_reviewer
+from chat.models import Citation, Conversation, Message
+from chat.selectors import earlier_questions
 from kb import queues
 from kb.upkeep import Ended, Lease
 
@@ -342,60 +342,3 @@ def _citation_row(message_id: int, citation: CitationPayload) -> Citation:
     return Citation(message_id=message_id, **citation | {
         "document_title": citation["document_title"][:300], "label": citation["label"][:1000],
         "link": citation["link"][:300]})
-
-
-def feedback_add(*, reviewer: Any, message: Message, kind: str, citation_number: int | None = None,
-                 note: str = "") -> Feedback:
-    """Flag an answer, or one of its citations, as wrong source / unsupported / outdated, or confirm a citation
-    (right source).
-
-    A confirmed citation remembers the answer's question for the passage it quotes; a wrong source forgets what
-    was remembered for that passage from this answer, and the remembered questions that led to the answer
-    (chat.remembering). Nobody judges an answer withheld from them on the review desk (chat.selectors, their
-    review grants counting): to them it does not exist.
-    """
-    if kind not in Feedback.Kind.values:
-        raise ChatError(f"unknown feedback kind {kind!r}; one of {', '.join(Feedback.Kind.values)}")
-    if withheld_from_reviewer(message, reviewer=reviewer):
-        raise NotFound("no such answer")
-    citation = None
-    if citation_number is not None:
-        citation = message.citations.filter(number=citation_number).first()
-        if citation is None:
-            raise ChatError(f"answer {message.pk} has no citation [{citation_number}]")
-    if kind == Feedback.Kind.RIGHT_SOURCE and citation is None:
-        raise ChatError("'right_source' confirms one citation: name its number (citation)")
-    with transaction.atomic():
-        feedback = Feedback.objects.create(message=message, citation=citation, reviewer=reviewer, kind=kind,
-                                           note=note.strip())
-        if kind == Feedback.Kind.RIGHT_SOURCE:
-            remembering.remember_confirmed(message, citation, judge=reviewer)
-        elif kind == Feedback.Kind.WRONG_SOURCE:
-            remembering.forget_cited(message, citation)
-    return feedback
-
-
-def unsupported_claim_review(*, reviewer: Any, message_id: int, index: int, verdict: str) -> Message:
-    """A reviewer confirms or dismisses the answer's unsupported claim number `index` (0-based, in text order).
-
-    Confirming also files it as Feedback (kind unsupported, on the first source the sentence cites), so it is
-    listed with the other flags; dismissing only closes it. Either can be changed later. An answer withheld
-    from the reviewer, and a claim it does not have, are not found (nothing tells how many claims it has).
-    """
-    if verdict not in (Message.Verdict.CONFIRMED, Message.Verdict.DISMISSED):
-        raise ChatError(f"verdict must be 'confirmed' or 'dismissed', not {verdict!r}")
-    with transaction.atomic():
-        message = Message.objects.select_for_update().filter(pk=message_id, role=Message.Role.ASSISTANT).first()
-        if message is None or withheld_from_reviewer(message, reviewer=reviewer):
-            raise NotFound("no such answer")
-        if not 0 <= index < len(message.unsupported):
-            raise NotFound("no such claim")
-        claim = message.unsupported[index]
-        if verdict == Message.Verdict.CONFIRMED and claim["verdict"] != Message.Verdict.CONFIRMED:
-            citation = message.citations.filter(number__in=claim["numbers"]).order_by("number").first()
-            Feedback.objects.create(message=message, citation=citation, reviewer=reviewer, kind=Feedback.Kind.UNSUPPORTED,
-                                    note=f"Not found in the source: {claim['sentence']}")
-        claim.update(verdict=verdict, reviewer=reviewer.get_username(), judged_at=timezone.now().isoformat())
-        message.save(update_fields=["unsupported"])
-    return message
-

@@ -1,5 +1,5 @@
 """Chat's browser pages: the Ask page, the review desk and content gaps. The rules live in chat.selectors
-and chat.gaps; the answers arrive over chat's websocket and REST API, which the pages' scripts call."""
+and chat.review; the answers arrive over chat's websocket and REST API, which the pages' scripts call."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from django.utils import timezone
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy
 
-from chat import curated as curated_answers
-from chat import gaps as content_gaps
-from chat import selectors
+from chat.review import curated as curated_answers
+from chat.review import desk
+from chat.review import gaps as content_gaps
 from chat.selectors import is_reviewer
 
 
@@ -33,15 +33,15 @@ REVIEW_QUEUES = (("unreviewed", gettext_lazy("Unreviewed")), ("closest", gettext
 @login_required
 def review(request: HttpRequest) -> HttpResponse:
     """The review desk for support staff; everyone else gets the same 404 as for a missing page. `?filter=` picks
-    the queue (default unreviewed), `folder` and `q` narrow it; the counts come from chat.selectors.review_counts."""
+    the queue (default unreviewed), `folder` and `q` narrow it; the counts come from chat.review.desk.review_counts."""
     if not is_reviewer(request.user):
         raise Http404("No such page")
     queue = request.GET.get("filter", "")
-    queue = queue if queue in selectors.QUEUES else "unreviewed"
+    queue = queue if queue in desk.QUEUES else "unreviewed"
     folder_id = request.GET.get("folder", "")
     folder = int(folder_id) if folder_id.isascii() and folder_id.isdigit() and len(folder_id) <= 18 and int(folder_id) > 0 else None
-    search = request.GET.get("q", "").replace("\x00", "")[: selectors.SEARCH_MAX].strip()
-    counts = selectors.review_counts(reviewer=request.user, queue=queue, folder=folder, search=search)
+    search = request.GET.get("q", "").replace("\x00", "")[: desk.SEARCH_MAX].strip()
+    counts = desk.review_counts(reviewer=request.user, queue=queue, folder=folder, search=search)
     narrow: dict[str, str | int] = {**({"folder": folder} if folder else {}), **({"q": search} if search else {})}
     tabs = [{"queue": name, "label": label, "count": counts.queues[name], "query": urlencode({"filter": name, **narrow})}
             for name, label in REVIEW_QUEUES]
@@ -52,7 +52,7 @@ def review(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def curated(request: HttpRequest) -> HttpResponse:
-    """The curated answers desk (chat.curated) for holders of chat.curate_answer; everyone else gets the same 404
+    """The curated answers desk (chat.review.curated) for holders of chat.curate_answer; everyone else gets the same 404
     as for a missing page. `?message=` (a review item) or `?topic=` with `q=` (a content-gap topic's questions)
     opens the form prefilled; the list and the form are chat/curated.js over /api/curated."""
     if not curated_answers.may_curate(request.user):
@@ -62,7 +62,7 @@ def curated(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def gaps(request: HttpRequest) -> HttpResponse:
-    """Content gaps by topic (chat.gaps) for superusers and staff holding chat.view_contentgaps; everyone
+    """Content gaps by topic (chat.review.gaps) for superusers and staff holding chat.view_contentgaps; everyone
     else gets the same 404 as for a missing page. `?days=N` (1-366) sets the window."""
     if not content_gaps.may_view_gaps(request.user):
         raise Http404("No such page")

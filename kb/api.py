@@ -11,22 +11,23 @@ from django.http.multipartparser import MultiPartParserError
 from django.utils.translation import gettext
 from ninja import NinjaAPI, Schema
 
-from accounts.api import api_auth
+from accounts.auth import api_auth
 from chat import services as chat_services
 from kb import outage
-from kb.api_contract import ANY
 from kb.library.forms import UploadFormError
 from kb.library.services import DocumentStateConflict
 from kb.library.sources.services import SourceNameTaken, SourceRejected
 from kb.library.sources.sync import SourceBusy
+from kb.schemas import ANY
 
 logger = logging.getLogger(__name__)
 
 api = NinjaAPI(title="Knowledge base API", version="1", auth=api_auth(), urls_namespace="api")
 api.add_router("/search", "search.api.router")
 api.add_router("/", "chat.api.router")
-api.add_router("/", "chat.gaps_api.router")
-api.add_router("/", "chat.curated_api.router")
+api.add_router("/", "chat.review.desk_api.router")
+api.add_router("/", "chat.review.gaps_api.router")
+api.add_router("/", "chat.review.curated_api.router")
 api.add_router("/documents", "kb.library.documents_api.documents")
 api.add_router("/folders", "kb.library.documents_api.folders")
 api.add_router("/sources", "kb.library.sources_api.sources")

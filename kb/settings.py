@@ -208,7 +208,7 @@ KB_SEARCH_WEIGHT_REMEMBERED = env_float("KB_SEARCH_WEIGHT_REMEMBERED", 1.0)  # R
 # One judge holds at most KB_VERDICT_MAX_JUDGE_SHARE of the remembered questions, once there are more than this many
 # (below it, anyone may add up to this many): one person cannot fill the memory.
 KB_MEMORY_JUDGE_FLOOR = env_int("KB_MEMORY_JUDGE_FLOOR", 25, minimum=1)
-# A question gets a curated answer (chat.curated) when one of its example questions is within KB_CURATED_ALONE cosine
+# A question gets a curated answer (chat.review.curated) when one of its example questions is within KB_CURATED_ALONE cosine
 # distance, or within KB_CURATED_DISTANCE and the answer cites one of retrieval's first KB_CURATED_RANK passages for it
 # (docs/LEARNING.md: chosen with bench/learn_from_use.py)
 KB_CURATED_DISTANCE = env_float("KB_CURATED_DISTANCE", 0.6)

@@ -17,10 +17,10 @@ from ninja.errors import HttpError
 from pydantic import Field
 
 from accounts.acl import is_active_user
-from accounts.api import api_auth
+from accounts.auth import api_auth
 from accounts.models import Scope
-from kb.api_contract import BODY, NO_NUL, NOT_FOUND, PARAMS, StrictIn
 from kb.library.access import staff_may
+from kb.schemas import BODY, NO_NUL, NOT_FOUND, PARAMS, StrictIn
 from search.adjustments import (
     REVOKE,
     VIEW,

@@ -5,7 +5,7 @@ picked) is remembered for its passage. Retrieval searches the remembered questio
 (search.retrieval), joined to the passage under the asker's principals in the same SQL as every other list: it only
 ever helps someone who may read the passage. A remembered question is keyed by its passage's stable id, which
 changes with the passage's text, so an edited passage forgets its questions (forget_changed removes the rows); the
-verdict it came from being taken back or contradicted forgets it too (chat.judgements calls forget).
+verdict it came from being taken back or contradicted forgets it too (chat.review.judgements calls forget).
 """
 
 from __future__ import annotations

@@ -155,7 +155,7 @@ class SearchResult:
     vector: np.ndarray | None = None  # the query's embedding: stored with the answer for content-gap topics
     space: str = "english"  # the nearest passage's space: whose signals decide answer or refuse
     # The remembered questions that put the first passage first: a later verdict against the answer they led to
-    # forgets them (chat.judgements).
+    # forgets them (chat.review.judgements).
     remembered: list[int] = field(default_factory=list)
     # Names in the question no readable passage mentions (unknown_names): no remembered question or curated answer
     # stands for a question about something the documents never name.

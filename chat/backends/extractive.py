@@ -7,7 +7,7 @@ rephrase either.
 Choosing the sentence is where an extractive answer is won or lost: the passages that reach
 it usually hold the answer, but the sentence sharing most words with the question is often
 a neighbour of the one that answers. So every sentence of the sources is scored with
-chat.sentences (late interaction at sentence level plus coverage of the question's rare
+chat.sentence_scorer (late interaction at sentence level plus coverage of the question's rare
 words), the best one leads, and it keeps the sentences it depends on: the one before a
 sentence that opens with "This option…" or "To do so…", the list or code a sentence ending
 in ":" introduces. A how-to question answered by a numbered list, or by a section of
@@ -20,9 +20,9 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from chat import sentences as scoring
+from chat import sentence_scorer
+from chat.claim_support import terms
 from chat.prompts import Prompt, Source
-from chat.support import terms
 from kb.text.sentences import BULLET, INTRODUCES
 from kb.text.sentences import split as split_sentences
 
@@ -149,7 +149,7 @@ def units(number: int, text: str) -> list[Unit]:
         own = 0
         if stripped.startswith("|"):
             kind = "row"
-            stripped = scoring.ROW_JOINER.join(cell.strip() for cell in stripped.strip("|").split("|") if cell.strip())
+            stripped = sentence_scorer.ROW_JOINER.join(cell.strip() for cell in stripped.strip("|").split("|") if cell.strip())
         elif BULLET.match(stripped):
             numbered = NUMBERED.match(stripped)
             kind, own = ("step", int(numbered.group(1))) if numbered else ("item", 0)
@@ -270,8 +270,8 @@ def compose(prompt: Prompt) -> list[list[str]]:
         return []
     labels = {source.number: source.label.rsplit(">", 1)[-1] for source in prompt.sources}
     texts, numbers = [u.text for u in all_units], [u.number for u in all_units]
-    scored = scoring.score(prompt.question, texts, numbers, [labels[u.number] for u in all_units],
-                           scoring.passage_pieces(prompt.sources, texts, numbers))
+    scored = sentence_scorer.score(prompt.question, texts, numbers, [labels[u.number] for u in all_units],
+                                   sentence_scorer.passage_pieces(prompt.sources, texts, numbers))
     how_to = bool(HOW_TO.search(prompt.question))
     # A how-to question is answered by instructions: sources holding commands or numbered steps come first,
     # when their section is on the question's topic (its headings below the document's title hold one of
@@ -279,7 +279,7 @@ def compose(prompt: Prompt) -> list[list[str]]:
     # direct deposit.
     steps_in = sorted({u.number for u in all_units if u.kind in ("code", "step")}) if how_to else []
     sections = {source.number: source.label.split(">", 1)[-1] for source in prompt.sources}
-    topical = scoring.on_topic(prompt.question, [sections[n] for n in steps_in], scored.rare)
+    topical = sentence_scorer.on_topic(prompt.question, [sections[n] for n in steps_in], scored.rare)
     procedural = {number for number, on_topic in zip(steps_in, topical, strict=True) if on_topic}
     remembered = _remembered(prompt.sources, all_units)
     total = [t + (PROCEDURE_BONUS if u.number in procedural else 0.0) + (REMEMBERED_BONUS if i in remembered else 0.0)

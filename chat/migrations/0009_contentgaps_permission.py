@@ -1,4 +1,4 @@
-"""The permission to see content gaps (chat.gaps), on chat's Message model, created here as a row; chat 0010
+"""The permission to see content gaps (chat.review.gaps), on chat's Message model, created here as a row; chat 0010
 declares it on the model's Meta as well, so that post_migrate recreates it where the table was emptied."""
 
 from django.db import migrations

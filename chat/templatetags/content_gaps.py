@@ -1,4 +1,4 @@
-"""`may_view_gaps`: whether a person may open content gaps (chat.gaps), for the admin index's link."""
+"""`may_view_gaps`: whether a person may open content gaps (chat.review.gaps), for the admin index's link."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from django import template
 
-from chat.gaps import may_view_gaps as _may_view_gaps
+from chat.review.gaps import may_view_gaps as _may_view_gaps
 
 register = template.Library()
 

@@ -45,7 +45,7 @@ def visible_documents(user: Any) -> QuerySet[Document]:
 
 def group_documents(group_id: int) -> QuerySet[Document]:
     """Documents a member of the group may read through it alone (the group's and everyone's), read as
-    `visible_documents` reads a user's: what a review grant for the group opens (chat.review_scope)."""
+    `visible_documents` reads a user's: what a review grant for the group opens (chat.review.scope)."""
 
     return Document.objects.filter(acl__overlap=[EVERYONE, group_principal(group_id)])
 

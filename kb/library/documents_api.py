@@ -24,9 +24,8 @@ from ninja.files import UploadedFile
 from pydantic import Field, field_validator
 
 from accounts.acl import is_active_user, principals_admit
-from accounts.api import api_auth
+from accounts.auth import api_auth
 from accounts.models import Scope
-from kb.api_contract import ANY, BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, StrictIn
 from kb.library.access import staff_may
 from kb.library.forms import readers_of, upload_store, upload_target_of
 from kb.library.models import Document, Folder
@@ -52,6 +51,7 @@ from kb.library.services import (
     folder_delete,
     folder_set_access,
 )
+from kb.schemas import ANY, BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, StrictIn
 
 READ, WRITE = api_auth(Scope.DOCUMENTS_READ), api_auth(Scope.DOCUMENTS_WRITE)
 documents = Router(tags=["documents"])

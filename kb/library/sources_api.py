@@ -27,10 +27,9 @@ from ninja.errors import HttpError
 from pydantic import Field
 
 from accounts.acl import is_active_user
-from accounts.api import api_auth
+from accounts.auth import api_auth
 from accounts.models import Scope
 from kb import queues
-from kb.api_contract import ANY, BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, InvalidOut, StrictIn
 from kb.library.access import folders_readable, staff_may
 from kb.library.models import Folder, Source
 from kb.library.sources.git import redact
@@ -44,6 +43,7 @@ from kb.library.sources.webhooks import (
     webhook_receive,
     webhook_secret_set,
 )
+from kb.schemas import ANY, BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, InvalidOut, StrictIn
 
 READ, WRITE = api_auth(Scope.DOCUMENTS_READ), api_auth(Scope.DOCUMENTS_WRITE)
 sources = Router(tags=["sources"])

@@ -7,7 +7,7 @@ Python on the run's records, like lab.evaluation.metrics. Definitions:
   normalised, contains the whole needle sentence. The extractive answer cites before the
   closing full stop ("… balance sheet [2]."), so the markers must go before matching.
 - *needle's passage cited*: one of the answer's citations quotes a passage holding the needle.
-- *cited sentences supported*: chat.support's rule over every sentence carrying [n]
+- *cited sentences supported*: chat.claim_support's rule over every sentence carrying [n]
   (pooled over all answers).
 - *refusal*: the share of answerable (in-domain) and out-of-domain questions refused.
 - *time to first token*: from the start of retrieval to the first piece of answer text.
@@ -24,8 +24,8 @@ from typing import Any
 
 from chat.answering import answer_events
 from chat.backends import Backend, get_backend
+from chat.claim_support import cited_sentences
 from chat.match import CLOSEST
-from chat.support import cited_sentences
 from lab.evaluation.metrics import normalize, percentile, rate
 from search.retrieval import SearchResult
 

@@ -10,8 +10,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from accounts.tokens import token_create
-from chat.api import PREVIEW_CHARS
 from chat.models import Feedback, Message
+from chat.review.desk_api import PREVIEW_CHARS
 from chat.selectors import conversation_replay
 from chat.services import answer_produce, question_ask
 from kb.library.models import Document

@@ -15,9 +15,10 @@ from django.test import Client
 from django.utils import timezone
 
 from chat.consumers import CLOSE_FORBIDDEN
-from chat.judgements import message_judge
 from chat.models import Citation, Conversation, Feedback, Judgement, Message, ReviewAccess
-from chat.selectors import review_answers
+from chat.review.desk import review_answers
+from chat.review.feedback import feedback_add
+from chat.review.judgements import message_judge
 from chat.services import (
     TITLE_MAX,
     ChatError,
@@ -26,7 +27,6 @@ from chat.services import (
     conversation_delete,
     conversation_rename,
     conversation_search,
-    feedback_add,
     question_ask,
 )
 from kb.library.models import Document

@@ -311,13 +311,13 @@ def test_sentences_are_cut_from_their_chunks_pieces_encoded_once(monkeypatch: An
     usually filled already) and cuts each sentence's word pieces from them, read in the passage's context. A table
     row rejoined with dashes, or a sentence whose markup was cleaned out, is found piece by piece in order; a
     sentence in no chunk is encoded on its own."""
-    from chat import sentences as scoring
+    from chat import sentence_scorer
     from search import late
 
     chunk, src = ingested_source(GUIDE, "export-guide.md")
     parts = units(1, src.text)
     stranger = "Nothing in this guide mentions quarterly payroll reconciliation."
-    found = scoring.passage_pieces([src], [u.text for u in parts] + [stranger], [1] * (len(parts) + 1))
+    found = sentence_scorer.passage_pieces([src], [u.text for u in parts] + [stranger], [1] * (len(parts) + 1))
     exact, = late.exact_pieces([(chunk.pk, chunk.text)])
     stored, ids = exact.vectors, exact.ids
     assert found[-1] is None  # in no chunk: encoded
@@ -346,7 +346,7 @@ def test_sentences_are_cut_from_their_chunks_pieces_encoded_once(monkeypatch: An
 def test_a_code_block_longer_than_a_chunk_is_cut_from_every_chunk_it_spans(monkeypatch: Any) -> None:
     """A long code block is cut over several chunks, so it is a run of no single chunk; it used to be
     encoded on its own (~60 ms a block here). Its vectors are the chunks' runs, chunk after chunk."""
-    from chat import sentences as scoring
+    from chat import sentence_scorer
     from kb.library.models import Chunk
     from search import late
     from tests.factories import ingested_document
@@ -362,11 +362,11 @@ def test_a_code_block_longer_than_a_chunk_is_cut_from_every_chunk_it_spans(monke
     [wanted] = embedding.piece_ids([code.text.removesuffix(" …")])
     pieces = late.exact_pieces([(c.pk, c.text) for c in chunks])
     holding = [p for p in pieces if set(wanted[:20]) <= set(p.ids)]
-    assert len(chunks) >= 2 and not any(scoring._as_text(wanted) in scoring._as_text(p.ids) for p in pieces), (
+    assert len(chunks) >= 2 and not any(sentence_scorer._as_text(wanted) in sentence_scorer._as_text(p.ids) for p in pieces), (
         "the block must be longer than a chunk for this test")
     assert holding
 
-    [vectors] = scoring.passage_pieces([src], [code.text], [1])
+    [vectors] = sentence_scorer.passage_pieces([src], [code.text], [1])
     assert vectors is not None and len(vectors) == len(wanted)
     stored = {tuple(v) for p in pieces for v in p.vectors}
     assert all(tuple(v) in stored for v in vectors)  # cut from the chunks' own vectors, none encoded on its own
@@ -386,9 +386,9 @@ def test_aligning_a_sentence_finds_the_same_pieces_as_trying_every_walk(chunk_id
     it must pick exactly the pieces the exhaustive search picks."""
     import numpy as np
 
-    from chat import sentences as scoring
+    from chat import sentence_scorer
 
-    chunks = [scoring._Pieces(c, scoring._as_text(c), np.arange(len(c), dtype=np.float32).reshape(-1, 1) + 100 * k)
+    chunks = [sentence_scorer._Pieces(c, sentence_scorer._as_text(c), np.arange(len(c), dtype=np.float32).reshape(-1, 1) + 100 * k)
               for k, c in enumerate(chunk_ids)]
 
     def exhaustive() -> Any:
@@ -399,18 +399,18 @@ def test_aligning_a_sentence_finds_the_same_pieces_as_trying_every_walk(chunk_id
                 for at in [i for i, t in enumerate(chunk.ids) if t == ids[first]]:
                     taken, nxt = [at], at + 1
                     for token in ids[first + 1:]:
-                        window = chunk.ids[nxt : nxt + scoring.ALIGN_GAP]
+                        window = chunk.ids[nxt : nxt + sentence_scorer.ALIGN_GAP]
                         if token in window:
                             nxt += window.index(token)
                             taken.append(nxt)
                             nxt += 1
                     if len(taken) > len(best):
                         best, best_vectors = taken, chunk.vectors
-        if best_vectors is None or len(best) < max(2, scoring.ALIGN_SHARE * len(ids)):
+        if best_vectors is None or len(best) < max(2, sentence_scorer.ALIGN_SHARE * len(ids)):
             return None
         return best_vectors[best]
 
-    located, expected = scoring._aligned(ids, chunks), exhaustive()
+    located, expected = sentence_scorer._aligned(ids, chunks), exhaustive()
     assert (located is None and expected is None) or (located is not None and expected is not None
                                                       and located[0].tolist() == expected.tolist()
                                                       and {int(v) // 100 for v in located[0].ravel()} == {located[1]})
@@ -431,11 +431,11 @@ def test_the_sentence_that_answers_in_other_words_leads(monkeypatch: Any) -> Non
     """Sentence scoring adds the cosine of the question's embedding with the mean of the sentence's
     stored piece vectors: "just joined … a computer" finds "new starters receive their machine", which
     shares no word with it, where piece matching alone leads with the first sentence on laptops."""
-    from chat import sentences as scoring
+    from chat import sentence_scorer
 
     _, src = ingested_source(LAPTOPS, "equipment.md")
     prompt = build_prompt(question="just joined, when do I get a computer?", intent=CONCEPT, sources=[src])
     text = "".join(ExtractiveBackend().generate(prompt))
     assert text.startswith("New starters receive their machine at the front desk on the morning they begin [1]."), text
-    monkeypatch.setattr(scoring, "POOLED_WEIGHT", 0.0)
+    monkeypatch.setattr(sentence_scorer, "POOLED_WEIGHT", 0.0)
     assert "".join(ExtractiveBackend().generate(prompt)).startswith("Laptops are ordered")

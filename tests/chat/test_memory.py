@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from chat.judgements import message_judge, message_rate, message_unjudge
+from chat.claim_support import quoted_spans
 from chat.models import Judgement, Message
-from chat.services import ChatError, NotFound, feedback_add
-from chat.support import quoted_spans
+from chat.review.feedback import feedback_add
+from chat.review.judgements import message_judge, message_rate, message_unjudge
+from chat.services import ChatError, NotFound
 from kb.library.models import Chunk, Document
 from kb.library.tasks import ingest_document
 from search.memory import passage_at

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from chat import sentences as scoring
+from chat import sentence_scorer
 from chat.backends.extractive import units
 from chat.prompts import Source
 from kb.library.ingest.pipeline import ingest
@@ -66,8 +66,8 @@ def scored(document: Document, sentences: int) -> list[Any]:
     src = Source(number=1, chunk_id=chunks[0].pk, document_id=document.pk, document_title=document.title,
                  label="Manual > Procedures", text=text[start:end], start=start, end=end, page=None, distance=0.2)
     texts = [u.text for u in units(1, src.text)]
-    pieces = scoring.passage_pieces([src], texts, [1] * len(texts))
-    scoring.score("Which value does the procedure set?", texts, [1] * len(texts), vectors=pieces)
+    pieces = sentence_scorer.passage_pieces([src], texts, [1] * len(texts))
+    sentence_scorer.score("Which value does the procedure set?", texts, [1] * len(texts), vectors=pieces)
     return pieces
 
 

@@ -1,4 +1,4 @@
-"""Curated answers citing a restricted group's passage (chat.curated): nothing of them reaches, shows or hints to
+"""Curated answers citing a restricted group's passage (chat.review.curated): nothing of them reaches, shows or hints to
 anyone outside the group, through ask, replay, the desk, its API, the admin or content gaps, before or after the
 passage's access is narrowed; a curator who cannot read the passage can neither see nor serve it."""
 
@@ -10,9 +10,9 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client
 
-from chat import curated
 from chat.answering import answer_stream
 from chat.models import CuratedAnswer, Message
+from chat.review import curated
 from chat.selectors import conversation_replay
 from chat.services import NotFound, answer_produce, question_ask
 from kb.library.models import Document

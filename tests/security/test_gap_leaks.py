@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from chat.gaps import may_view_gaps
+from chat.review.gaps import may_view_gaps
 from kb.library.models import Chunk, Folder
-from tests.chat.test_gaps import grant_gaps
+from tests.chat.review.test_gaps import grant_gaps
 from tests.security.conftest import signed_in
 from tests.security.fortress import ATTACKERS, Probes, Restricted, build, people_and_access
 from tests.security.test_leak_suite import ask, readers_ask

@@ -28,7 +28,8 @@ from websockets.exceptions import ConnectionClosed
 
 from chat.consumers import CLOSE_FORBIDDEN
 from chat.models import Citation, Message
-from chat.services import answer_produce, feedback_add
+from chat.review.feedback import feedback_add
+from chat.services import answer_produce
 from kb.library.models import Chunk
 from tests.conftest import ws
 from tests.security.conftest import signed_in

@@ -12,8 +12,8 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client
 
-from chat.judgements import message_judge
 from chat.models import Judgement, Message
+from chat.review.judgements import message_judge
 from kb.library.models import Document, Folder
 from kb.library.services import folder_set_access
 from search.models import RememberedQuestion

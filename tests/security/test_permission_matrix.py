@@ -38,9 +38,10 @@ from django.test import Client
 
 from accounts.models import ApiToken, OidcIdentity
 from accounts.tokens import token_create
-from chat.curated import curated_create
 from chat.models import Citation, CuratedAnswer, Feedback, Message, ReviewAccess, ReviewGrant
-from chat.services import answer_produce, feedback_add, question_ask
+from chat.review.curated import curated_create
+from chat.review.feedback import feedback_add
+from chat.services import answer_produce, question_ask
 from kb.library.models import Chunk, Document, Folder, Source
 from search.adjustments import adjustment_add
 from search.memory import passage_at, remember

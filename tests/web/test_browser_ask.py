@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from chat.api import PREVIEW_CHARS
+from chat.review.desk_api import PREVIEW_CHARS
 from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS, VAULT, VAULT_QUESTION
 from tests.conftest import ROOT, start_worker, stop_process
 from tests.factories import ingested_document, ingested_folder

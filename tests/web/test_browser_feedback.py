@@ -1,6 +1,6 @@
 """Feedback that fits the employee (issue 49 item 3), in Chromium against the real Daphne: under an answer, thumbs
 up ("Helpful") or down with a reason chip and words of their own, stored as the verdict kind the reason maps to
-(chat.judgements.feedback_kind); the chosen thumb and chip are pressed (aria-pressed), survive a reload, can be
+(chat.review.judgements.feedback_kind); the chosen thumb and chip are pressed (aria-pressed), survive a reload, can be
 changed and taken back. A refusal offers "The documents do answer this" and never "Should have said it doesn't
 know"; the four verdict kinds and the document picker stay on the review desk (tests.web.test_browser_judgements).
 Answers are produced in this process with the real services (tests.web.test_browser_ask.answered)."""

@@ -38,8 +38,8 @@ def focused(page: Any) -> str | None:
 
 
 def test_sam_clears_ten_answers_from_the_unreviewed_queue_by_keyboard(open_page: Any, people: dict[str, Any]) -> None:
-    from chat import judgements
     from chat.models import Judgement
+    from chat.review import judgements
     from chat.services import answer_produce, question_ask
 
     ingested_document(SHIPMENTS, "shipments.md")

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from chat.evalset import ExportRefused, judgements_export
+from chat.review.evalset import ExportRefused, judgements_export
 
 
 def _since(value: str) -> datetime:

@@ -1,6 +1,6 @@
 /* The asker's feedback on one of their answers (the Ask page): thumbs up ("Helpful"), or thumbs down with a reason
  * chip and words of their own, sent as POST /api/messages/<id>/rating {rating, reason, comment}. The server stores
- * the verdict kind the reason stands for (chat.judgements.feedback_kind); the four kinds and the document picker
+ * the verdict kind the reason stands for (chat.review.judgements.feedback_kind); the four kinds and the document picker
  * stay on the review desk (KB.judge). The chosen thumb is pressed (aria-pressed), the reason and the words are
  * said under it; pressing the chosen thumb again takes the feedback back, "Change" edits it. Text goes in through
  * textContent only. */
@@ -9,14 +9,14 @@
   var el = window.KB.el, json = window.KB.json, safeLink = window.KB.safeLink;
   var gettext = window.gettext;
 
-  var COMMENT_MAX = 1000; // chat.judgements.COMMENT_MAX
+  var COMMENT_MAX = 1000; // chat.review.judgements.COMMENT_MAX
   var REASON_LABEL = {
     off_topic: gettext("Doesn't answer my question"),
     wrong_or_outdated: gettext("Wrong or outdated"),
     should_refuse: gettext("Should have said it doesn't know"),
     should_answer: gettext("The documents do answer this")
   };
-  // The chips each offers (chat.judgements.ANSWER_REASONS, REFUSAL_REASONS).
+  // The chips each offers (chat.review.judgements.ANSWER_REASONS, REFUSAL_REASONS).
   var ANSWER_REASONS = ["off_topic", "wrong_or_outdated", "should_refuse"];
   var REFUSAL_REASONS = ["should_answer"];
   // A verdict given without a chip (the older thumbs, the API): the chip its kind reads as, if one does.

@@ -12,7 +12,7 @@ from django.test import Client
 from django.utils import formats, timezone, translation
 
 from tests.chat.conftest import VAULT, VAULT_QUESTION
-from tests.chat.test_gaps import answer, client_for
+from tests.chat.review.test_gaps import answer, client_for
 from tests.factories import ingested_document
 
 pytestmark = pytest.mark.django_db

@@ -1,11 +1,11 @@
-"""The citation support rule (chat.support) and how an unsupported sentence is shown."""
+"""The citation support rule (chat.claim_support) and how an unsupported sentence is shown."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from chat.citations import render_html
-from chat.support import claim_spans, quoted_at, unsupported_claims
+from chat.claim_support import claim_spans, quoted_at, unsupported_claims
 
 QUOTES = {
     1: "Exports larger than 50,000 rows are emailed to you as a link instead of downloading at once.",

@@ -9,9 +9,12 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from chat import judgements, selectors, services
+from chat import services
 from chat.models import Message, ReviewAccess, ReviewGrant
-from chat.selectors import review_counts, review_queue, withheld_from_reviewer
+from chat.review import judgements
+from chat.review.desk import QUEUES, ReviewView, review_counts, review_queue
+from chat.review.feedback import feedback_add
+from chat.selectors import withheld_from_reviewer
 from kb.library.models import Folder
 from kb.library.services import folder_set_access
 from tests.chat.conftest import EXPORT_QUESTION, OOD_QUESTION, SHIPMENTS, VAULT, VAULT_QUESTION
@@ -44,7 +47,7 @@ def desk(people: dict[str, Any]) -> dict[str, Any]:
     return {"export": export, "refusal": refusal, "vault": vault, "logistics": logistics, "ops": ops}
 
 
-def ids(views: list[selectors.ReviewView]) -> list[int]:
+def ids(views: list[ReviewView]) -> list[int]:
     return [v.answer.message.pk for v in views]
 
 
@@ -73,7 +76,7 @@ def test_each_queue_lists_and_counts_only_what_the_reviewer_sees_in_full(desk: d
     assert ids(review_queue(reviewer=sam, queue="rated_down", surface=SURFACE)) == [export.pk]
     assert ids(review_queue(reviewer=sam, queue="refused", surface=SURFACE)) == [refusal.pk]
 
-    services.feedback_add(reviewer=sam, message=export, kind="outdated", citation_number=1, note="old")
+    feedback_add(reviewer=sam, message=export, kind="outdated", citation_number=1, note="old")
     judgements.message_judge(judge=sam, message_id=refusal.pk, role="reviewer", kind="helpful")
     counts = review_counts(reviewer=sam)
     assert counts.queues == {"unreviewed": 1, "closest": 0, "rated_down": 1, "refused": 1, "flagged": 1, "all": 2}
@@ -92,7 +95,7 @@ def test_a_hidden_answer_is_never_a_row_and_its_count_moves_with_no_filter_folde
     sam, vault = people["sam"], desk["vault"]
     probes = [{}, {"search": SECRET}, {"search": "vault rotation Oslo"}, {"search": "alice"}, {"search": "nothing-like-it"},
               {"folder": desk["ops"].pk}, {"folder": desk["logistics"].pk}, {"folder": 10**9}]
-    for queue in selectors.QUEUES:
+    for queue in QUEUES:
         for probe in probes:
             counts = review_counts(reviewer=sam, queue=queue, **probe)
             assert counts.hidden == 1, (queue, probe)
@@ -101,8 +104,8 @@ def test_a_hidden_answer_is_never_a_row_and_its_count_moves_with_no_filter_folde
             assert vault.pk not in ids(listed), (queue, probe)
             assert all(SECRET not in v.answer.text for v in listed)
     # A search for the hidden answer's own words finds nothing, and no queue count moves for it.
-    assert review_counts(reviewer=sam, search=SECRET).queues == dict.fromkeys(selectors.QUEUES, 0)
-    assert review_counts(reviewer=sam, search="Oslo depot").queues == dict.fromkeys(selectors.QUEUES, 0)
+    assert review_counts(reviewer=sam, search=SECRET).queues == dict.fromkeys(QUEUES, 0)
+    assert review_counts(reviewer=sam, search="Oslo depot").queues == dict.fromkeys(QUEUES, 0)
     # alice reads the vault: for her (were she a reviewer) it is a row like any other.
     people["alice"].groups.add(people["groups"]["support"])
     alice = review_counts(reviewer=people["alice"], search=SECRET)
@@ -159,7 +162,7 @@ def test_the_api_lists_the_queue_without_withheld_rows_counts_them_and_keeps_the
     assert sam.get("/api/review/answers", {"q": SECRET}).json() == []
     counts = sam.get("/api/review/counts", {"q": SECRET, "queue": "all"})
     assert counts.status_code == 200, counts.content
-    assert counts.json() == {"queues": dict.fromkeys(selectors.QUEUES, 0), "folders": [], "hidden": 1}
+    assert counts.json() == {"queues": dict.fromkeys(QUEUES, 0), "folders": [], "hidden": 1}
     counts = sam.get("/api/review/counts").json()
     assert counts["queues"]["unreviewed"] == 2 and counts["hidden"] == 1
     assert counts["folders"] == [{"id": desk["logistics"].pk, "name": "Logistics", "count": 1}]

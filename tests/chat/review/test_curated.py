@@ -1,4 +1,4 @@
-"""Curated answers (chat.curated) on a real index: the rules of writing one, matching a question in other words,
+"""Curated answers (chat.review.curated) on a real index: the rules of writing one, matching a question in other words,
 withholding it whole from someone who may not read a cited passage, and going stale when a passage changes."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Permission
 
-from chat import curated
 from chat.answering import answer_stream
 from chat.models import CuratedAnswer, Message
+from chat.review import curated
 from chat.selectors import conversation_replay
 from chat.services import ChatError, NotFound, answer_produce, question_ask
 from kb.library.events import document_indexed

@@ -1,4 +1,4 @@
-"""Content gaps (chat.gaps, /gaps/, /api/gaps, /api/gaps.csv): refused and badly judged questions grouped by
+"""Content gaps (chat.review.gaps, /gaps/, /api/gaps, /api/gaps.csv): refused and badly judged questions grouped by
 topic from their stored embeddings, with the documents nearest each topic as the viewer may see them. Real
 PostgreSQL, the real answer path and the real embedding model."""
 
@@ -13,9 +13,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from chat import gaps
-from chat.judgements import message_judge
 from chat.models import Message
+from chat.review import gaps
+from chat.review.judgements import message_judge
 from chat.services import answer_produce, question_ask
 from tests.chat.conftest import EXPORT_QUESTION, SHIPMENTS, VAULT, VAULT_QUESTION
 from tests.factories import ingested_document

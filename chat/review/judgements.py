@@ -21,7 +21,7 @@ from django.db import transaction
 
 from chat import remembering
 from chat.models import Judgement, Message
-from chat.review_scope import review_scope
+from chat.review.scope import review_scope
 from chat.selectors import is_reviewer, is_withheld
 from chat.services import ChatError, NotFound
 from kb.library.access import visible_documents
@@ -34,7 +34,7 @@ RATING = {Judgement.Kind.HELPFUL: 1, Judgement.Kind.WRONG: -1, Judgement.Kind.SH
           Judgement.Kind.SHOULD_ANSWER: -1}
 
 # The reason chips of an asker's thumbs down, as the verdict kinds that calibration (lab.verdicts), content gaps
-# (chat.gaps) and the evaluation-set export already read: the four kinds themselves stay the review desk's.
+# (chat.review.gaps) and the evaluation-set export already read: the four kinds themselves stay the review desk's.
 REASON_KIND = {
     Judgement.Reason.OFF_TOPIC: Judgement.Kind.WRONG,
     Judgement.Reason.WRONG_OR_OUTDATED: Judgement.Kind.WRONG,

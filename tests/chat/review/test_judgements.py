@@ -16,9 +16,9 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
-from chat.evalset import OOD_KEYS, QUESTION_KEYS, normalised
-from chat.judgements import COMMENT_MAX
 from chat.models import Judgement, Message
+from chat.review.evalset import OOD_KEYS, QUESTION_KEYS, normalised
+from chat.review.judgements import COMMENT_MAX
 from kb.library.models import Document, Folder
 from kb.library.services import folder_set_access
 from tests.chat.conftest import EXPORT_QUESTION, OOD_QUESTION, SHIPMENTS, VAULT, VAULT_QUESTION
@@ -146,7 +146,7 @@ def test_naming_a_document_the_judge_cannot_read_is_not_found_and_stores_nothing
 
 
 def test_each_thumb_and_reason_maps_onto_the_verdict_calibration_and_gaps_read() -> None:
-    from chat.judgements import ANSWER_REASONS, REFUSAL_REASONS, feedback_kind
+    from chat.review.judgements import ANSWER_REASONS, REFUSAL_REASONS, feedback_kind
     from chat.services import ChatError
 
     kinds = {(rating, reason, refused): feedback_kind(rating=rating, reason=reason, refused=refused)
@@ -314,7 +314,7 @@ def assert_set_shaped(questions: list[dict[str, Any]], ood: list[dict[str, Any]]
 def test_judged_questions_export_as_an_evaluation_set_without_what_the_exporter_cannot_read(
     shelves: dict[str, Document], people: dict[str, Any], settings: Any, tmp_path: Path
 ) -> None:
-    from chat.judgements import message_judge
+    from chat.review.judgements import message_judge
 
     def verdict(answer: Message, judge: str, kind: str, role: str = "asker", document: int | None = None) -> None:
         message_judge(judge=people[judge], message_id=answer.pk, role=role, kind=kind, document_id=document)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from chat.claim_support import stem, terms
 from chat.prompts import Source
-from chat.support import stem, terms
 from kb.text import embedding
 from kb.text.pieces import read_binary
 from search import late
@@ -41,7 +41,7 @@ class Scores:
 
 
 def rare_word_weights(words: Sequence[str], idf: Sequence[float]) -> dict[str, float]:
-    """Each content word of the question (stemmed as chat.support does) with its IDF in this corpus
+    """Each content word of the question (stemmed as chat.claim_support does) with its IDF in this corpus
     (`idf`: late.word_weights of `words`)."""
     weights: dict[str, float] = {}
     for word, weight in zip(words, idf, strict=True):

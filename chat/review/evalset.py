@@ -27,11 +27,11 @@ from django.db.models import Prefetch
 from pgvector.django import CosineDistance
 
 from accounts.acl import is_active_user
-from chat import sentences
+from chat import sentence_scorer
 from chat.backends.extractive import sentences as readable_sentences
+from chat.claim_support import MARKER, claim_spans
 from chat.models import Citation, Judgement, Message
 from chat.selectors import is_withheld
-from chat.support import MARKER, claim_spans
 from kb.library.access import visible_documents
 from kb.library.models import Chunk, Document
 from kb.text import embedding
@@ -105,7 +105,7 @@ def lead_needle(answer: Message) -> tuple[str, Citation] | str:
 def needle_candidates(question: str, document: Document, *, passages: int = NEEDLE_CHUNKS) -> list[tuple[float, str]]:
     """The sentences of `document` that could be a needle for `question`, best first with their scores: those
     of its `passages` passages nearest the question by the retrieval's embedding and cosine distance, scored
-    as the extractive answer scores its sources (chat.sentences). Only a sentence of needle length found
+    as the extractive answer scores its sources (chat.sentence_scorer). Only a sentence of needle length found
     exactly once, verbatim, in the document's text is a candidate."""
     vector, _ = embedding.embed_query(question)
     # Vectors of another embedding model are not comparable with the question's (as in retrieval).
@@ -120,7 +120,7 @@ def needle_candidates(question: str, document: Document, *, passages: int = NEED
                 candidates.setdefault(found, rank)
     if not candidates:
         return []
-    scored = sentences.score(question, list(candidates), list(candidates.values()))
+    scored = sentence_scorer.score(question, list(candidates), list(candidates.values()))
     return sorted(zip(scored.total, candidates, strict=True), reverse=True)
 
 

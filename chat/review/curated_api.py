@@ -1,8 +1,8 @@
-"""/api/curated: support's curated answers (chat.curated), for holders of chat.curate_answer; for anyone else they
+"""/api/curated: support's curated answers (chat.review.curated), for holders of chat.curate_answer; for anyone else they
 do not exist (404, as support's pages). Each answer is listed only to a curator who may read every document it
 cites; the others are the number `hidden`. A request that breaks an answer's rules is a 400 that says which.
 
-Mounted with `api.add_router("/", "chat.curated_api.router")` in kb/api.py.
+Mounted with `api.add_router("/", "chat.review.curated_api.router")` in kb/api.py.
 """
 
 from __future__ import annotations
@@ -18,15 +18,16 @@ from ninja.errors import HttpError
 from ninja.responses import Status
 from pydantic import Field
 
-from accounts.api import api_auth
+from accounts.auth import api_auth
 from accounts.models import Scope
-from chat import curated
 from chat.models import CuratedAnswer, Message
-from chat.selectors import message_views, review_answer, withheld_from_reviewer
+from chat.review import curated
+from chat.review.desk import review_answer
+from chat.selectors import message_views, withheld_from_reviewer
 from chat.services import ChatError, NotFound
-from kb.api_contract import BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, StrictIn
 from kb.library.access import visible_documents
 from kb.library.models import passage_link
+from kb.schemas import BODY, NO_NUL, NOT_FOUND, PARAMS, ErrorOut, StrictIn
 
 router = Router(tags=["curated answers"], auth=api_auth(Scope.ASK))
 BAD: dict[int, Any] = {400: ErrorOut}
@@ -166,7 +167,7 @@ def _fields(payload: CuratedIn) -> dict[str, Any]:
 
 
 def _acted(request: HttpRequest, answer_id: int, act: Callable[[], object]) -> dict[str, Any]:
-    """The answer as it stands after `act` (one of chat.curated's services), its refusals as 400s."""
+    """The answer as it stands after `act` (one of chat.review.curated's services), its refusals as 400s."""
     _require(request)
     try:
         act()

@@ -28,7 +28,7 @@ from pgvector.django import CosineDistance
 
 from accounts.acl import EVERYONE, group_principal, is_active_user, user_principal
 from chat.models import Judgement, Message
-from chat.spreadsheet import csv_lines
+from chat.review.spreadsheet import csv_lines
 from kb.library.access import visible_documents
 from kb.library.models import EMBEDDING_DIMENSIONS, Chunk, Document
 from kb.text import embedding
@@ -365,7 +365,7 @@ CSV_COLUMNS = ("topic", "verdict", "questions", "askers", *REASONS, "first_asked
 
 
 def gaps_rows(report: Gaps) -> list[list[str]]:
-    """The report as CSV rows, one a topic, with the same content as the API (chat.gaps_api); the header first."""
+    """The report as CSV rows, one a topic, with the same content as the API (chat.review.gaps_api); the header first."""
     rows = [list(CSV_COLUMNS)]
     for topic in report.topics:
         rows.append([

@@ -26,7 +26,7 @@ from django.db.models import Q, QuerySet
 
 from accounts.acl import is_active_user
 from chat.models import ReviewAccess, ReviewGrant
-from chat.spreadsheet import csv_lines
+from chat.review.spreadsheet import csv_lines
 from kb.library.access import folder_documents, folders_readable, group_documents
 from kb.library.models import Document, Folder
 

@@ -1,7 +1,7 @@
-"""GET /api/gaps and /api/gaps.csv: content gaps by topic (chat.gaps), for superusers and staff holding
+"""GET /api/gaps and /api/gaps.csv: content gaps by topic (chat.review.gaps), for superusers and staff holding
 chat.view_contentgaps; for anyone else they do not exist (404, as support's pages).
 
-Mounted with `api.add_router("/", "chat.gaps_api.router")` in kb/api.py.
+Mounted with `api.add_router("/", "chat.review.gaps_api.router")` in kb/api.py.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 from pydantic import Field
 
-from accounts.api import api_auth
+from accounts.auth import api_auth
 from accounts.models import Scope
-from chat import gaps
-from kb.api_contract import NOT_FOUND, PARAMS
+from chat.review import gaps
+from kb.schemas import NOT_FOUND, PARAMS
 
 router = Router(tags=["content gaps"], auth=api_auth(Scope.ASK))
 
