@@ -20,7 +20,6 @@ from django.utils.translation import gettext, gettext_noop
 
 from accounts.acl import is_active_user
 from accounts.language import language_for
-from chat import remembering
 from chat.answer_counters import answer_finished
 from chat.answering import AnswerRecord, answer_stream
 from chat.events import CitationPayload, Event, publish
