@@ -133,6 +133,16 @@ KB_SEARCH_MULTILINGUAL_MARGIN = env_float("KB_SEARCH_MULTILINGUAL_MARGIN", 0.05)
 # KB_SEARCH_LATE_DEPTH hits they are ordered by cosine similarity plus this / sqrt(their full-text rank)
 # (docs/RETRIEVAL.md, "The multilingual space"); 0: they keep the fusion's order
 KB_SEARCH_MULTILINGUAL_LEXICAL_BONUS = env_float("KB_SEARCH_MULTILINGUAL_LEXICAL_BONUS", 0.1)
+# multilingual-e5 puts a passage in another language ~0.03-0.04 (cosine distance) farther from a question than the
+# same passage in the question's language: for an English question, whose MiniLM passages are in its own language,
+# a passage in the multilingual space is placed this much nearer before the two spaces are compared and the
+# threshold gates it (docs/RETRIEVAL.md, "The multilingual space"); 0: as measured
+KB_SEARCH_MULTILINGUAL_CROSS = env_float("KB_SEARCH_MULTILINGUAL_CROSS", 0.035)
+# The largest distance that may be answered from when the nearest passage is in the multilingual space (on MiniLM's
+# scale, as KB_SEARCH_THRESHOLD; the answerability model, fitted on MiniLM's signals, does not decide there): the
+# highest share of out-of-domain questions refused on lab/eval-multilingual while at most 12% of answerable ones are
+# (docs/measurements/multilingual.md)
+KB_SEARCH_MULTILINGUAL_THRESHOLD = env_float("KB_SEARCH_MULTILINGUAL_THRESHOLD", 0.52)
 KB_SEARCH_LEXICAL_MAX_SHARE = env_float("KB_SEARCH_LEXICAL_MAX_SHARE", 0.2)  # words in more chunks select nothing
 KB_SEARCH_LEXICAL_MAX_TERMS = env_int("KB_SEARCH_LEXICAL_MAX_TERMS", 8, minimum=1)  # rarest words that rank
 # The rarest words select candidates until together they are in this many chunks (the rarest always does)

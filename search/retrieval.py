@@ -80,6 +80,12 @@ class SearchOptions:
     multilingual_scale: float = ENGLISH_SCALE[1]
     multilingual_margin: float = field(default_factory=lambda: settings.KB_SEARCH_MULTILINGUAL_MARGIN)
     multilingual_lexical_bonus: float = field(default_factory=lambda: settings.KB_SEARCH_MULTILINGUAL_LEXICAL_BONUS)
+    # How much nearer a passage in another language is placed for an English question (a multilingual-space distance,
+    # before scaling): the model puts a translation farther than a paraphrase in the question's own language, and
+    # MiniLM's English passages, which the question's space is judged against, are in its language.
+    multilingual_cross: float = field(default_factory=lambda: settings.KB_SEARCH_MULTILINGUAL_CROSS)
+    # The threshold when the nearest passage is in the multilingual space (on MiniLM's scale, with `multilingual_cross`)
+    multilingual_threshold: float = field(default_factory=lambda: settings.KB_SEARCH_MULTILINGUAL_THRESHOLD)
     late_depth: int = field(default_factory=lambda: settings.KB_SEARCH_LATE_DEPTH)
     late_weight: float = field(default_factory=lambda: settings.KB_SEARCH_LATE_WEIGHT)
     late_exact: int = field(default_factory=lambda: settings.KB_SEARCH_LATE_EXACT)
@@ -127,6 +133,7 @@ class Hit:
     # Whose passage: "english" (MiniLM's space: `distance` is MiniLM's) or "multilingual" (a passage in another
     # language: `distance` is its multilingual distance on MiniLM's scale).
     space: str = "english"
+    cross_language: bool = False  # an English question (detected; kb.text.language), a passage in another language
     # The nearest remembered question of this passage (search.memory), the ids of those within reach of the question
     # (nearest first), and the document's ranges they were remembered with (what answered them).
     remembered_distance: float | None = None
@@ -423,8 +430,10 @@ def _late_signals(query: str, pieces: np.ndarray, head: list[Hit], texts: dict[i
     return {h.chunk_id: (s, w) for h, s, w in zip(head, scores, weakest, strict=True)}
 
 
-def _english_scale(distance: float, options: SearchOptions) -> float:
-    """A multilingual-space cosine distance on MiniLM's scale, so one threshold gates passages of both spaces."""
+def _english_scale(hit: Hit, options: SearchOptions) -> float:
+    """A passage's multilingual-space cosine distance on MiniLM's scale, so one threshold gates passages of both
+    spaces; for an English question, placed `multilingual_cross` nearer first (SearchOptions)."""
+    distance = (hit.multilingual_distance or 0.0) - (options.multilingual_cross if hit.cross_language else 0.0)
     return options.multilingual_offset + options.multilingual_scale * distance
 
 
@@ -444,7 +453,7 @@ def _fuse_spaces(hits: list[Hit], options: SearchOptions) -> list[Hit]:
     a question MiniLM cannot read, or about a passage in another language, MiniLM's list and the full text of the
     question's language rank noise that would drown the multilingual list in the fusion (and on an English question
     about English passages, the multilingual list's ranks are the noise)."""
-    placed = [replace(h, distance=_english_scale(h.multilingual_distance, options), space="multilingual")
+    placed = [replace(h, distance=_english_scale(h, options), space="multilingual")
               if h.space == "multilingual" and h.multilingual_distance is not None else h for h in hits]
     if not placed:
         return placed
@@ -486,7 +495,7 @@ def _late_rerank(hits: list[Hit], scored: dict[int, tuple[float, float]], *, dep
 
 _HIT_COLUMNS = [f.name for f in fields(Hit) if f.name not in {
     "distance", "score", "ranks", "passed", "late_score", "rerank_score", "multilingual_distance", "space",
-    "remembered_distance", "remembered", "remembered_spans", "boosted"}]
+    "remembered_distance", "remembered", "remembered_spans", "boosted", "cross_language"}]
 RANKED = ("dense", "lexical", "ident", "multilingual", "remembered")
 
 
@@ -525,7 +534,8 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     vectors: dict[int, np.ndarray] = {}
     texts: dict[int, str] = {}
     hits: list[Hit] = []
-    remembers = options.memory_distance if _in_english(query) else options.memory_distance_other
+    asked_in = language.detect(query)[0]
+    remembers = options.memory_distance if asked_in == "en" else options.memory_distance_other
     for row in rows:
         if row["embedding_model"] != model or row["adjustment"] == "hide":
             continue
@@ -538,6 +548,7 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
                         score=float(row["rrf"]) + _boost_vote(boosted, options), ranks=ranks,
                         multilingual_distance=None if other is None else float(other),
                         space="english" if other is None or row["chunk_language"] == "en" else "multilingual",
+                        cross_language=asked_in == "en" != row["chunk_language"],
                         remembered_distance=None if near is None else float(near), boosted=boosted,
                         remembered=tuple(i for i, d in zip(row["remembered_questions"] or (),
                                                            row["remembered_question_distances"] or (), strict=True)
@@ -618,16 +629,11 @@ def _decide(result: SearchResult, *, words: Sequence[answerability.WordStat], fu
     model = answerability.configured_model() if options.answerability and result.space == "english" else None
     result.unknown_names = unknown_names(result.query, unknown) if capitals else []
     remembered = remembered and not names_missing(result.unknown_names, [hits[0].content])
-    if model is None:
-        return remembered or result.nearest_distance <= options.threshold  # on MiniLM's scale in either space
+    if model is None:  # the distance on MiniLM's scale, gated by its space's threshold
+        result.threshold = options.multilingual_threshold if result.space == "multilingual" else options.threshold
+        return remembered or result.nearest_distance <= result.threshold
     result.probability, result.cutoff = model.probability(result.signals), model.cutoff
     return remembered or result.probability >= model.cutoff
-
-
-def _in_english(query: str) -> bool:
-    """Whether the question reads as English most probably (kb.text.language's detection)."""
-    ranked = language.probabilities(query)
-    return bool(ranked) and max(ranked, key=ranked.__getitem__) == "en"
 
 
 def unknown_names(query: str, unknown: Sequence[str]) -> list[str]:

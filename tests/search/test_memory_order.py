@@ -4,7 +4,8 @@ agrees closely enough — among the first KB_MEMORY_RANK hits and within KB_MEMO
 
 from __future__ import annotations
 
-from search.retrieval import Hit, SearchOptions, _in_english, _remembered_first, names_missing, unknown_names
+from kb.text import language
+from search.retrieval import Hit, SearchOptions, _remembered_first, names_missing, unknown_names
 
 OPTIONS = SearchOptions(memory_rank=3, memory_margin=0.2)
 
@@ -57,7 +58,7 @@ def test_a_name_the_answering_passage_mentions_is_not_missing_whatever_the_stati
 
 def test_a_question_in_another_language_is_held_to_the_stricter_distance() -> None:
     """MiniLM finds questions in other languages nearer to one another: they are held to KB_MEMORY_DISTANCE_OTHER."""
-    assert _in_english("My laptop screen cracked, what should I do?")
-    assert not _in_english("Que fait la commande « Enlever les fichiers périmés » du menu Actions ?")
-    assert not _in_english("Jak zgłosić uszkodzony ekran laptopa?")
+    assert language.detect("My laptop screen cracked, what should I do?")[0] == "en"  # what retrieval reads
+    assert language.detect("Que fait la commande « Enlever les fichiers périmés » du menu Actions ?")[0] != "en"
+    assert language.detect("Jak zgłosić uszkodzony ekran laptopa?")[0] != "en"
     assert OPTIONS.memory_distance_other < OPTIONS.memory_distance

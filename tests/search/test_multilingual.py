@@ -54,11 +54,16 @@ def test_an_english_question_finds_a_german_passage(office: dict[str, Document],
     top = result.hits[0]
     assert top.document_id == leave.pk and "drei Wochen" in top.content and top.space == result.space == "multilingual"
     assert top.ranks.get("multilingual") == 1 and top.multilingual_distance is not None
-    # Its distance is the multilingual one on MiniLM's scale, which the threshold gates: a German question is answered.
+    # Its distance is the multilingual one on MiniLM's scale, which the threshold gates; for an English question, a
+    # translation placed `multilingual_cross` nearer. A German question is answered, its German passage not moved.
     offset, scale = multilingual.ENGLISH_SCALE
-    assert top.distance == pytest.approx(offset + scale * top.multilingual_distance)
+    cross = SearchOptions().multilingual_cross
+    assert cross > 0 and top.cross_language
+    assert top.distance == pytest.approx(offset + scale * (top.multilingual_distance - cross))
     german = hybrid_search(user=people["carol"], query="Wie früh muss ich meinen Urlaub beantragen?")
     assert german.answerable and german.passed[0].document_id == leave.pk and german.space == "multilingual"
+    assert not german.passed[0].cross_language
+    assert german.passed[0].distance == pytest.approx(offset + scale * german.passed[0].multilingual_distance)
     # MiniLM's English space alone does not rank it first: the multilingual list is what finds it.
     english = hybrid_search(user=people["carol"], query=QUESTION, options=SearchOptions(multilingual=False))
     assert english.hits[0].document_id != leave.pk or not english.hits[0].passed
@@ -66,6 +71,30 @@ def test_an_english_question_finds_a_german_passage(office: dict[str, Document],
     # A question MiniLM serves stays in its space: an English question about an English passage.
     parking = hybrid_search(user=people["carol"], query="Where do visitors park?")
     assert parking.space == "english" and parking.hits[0].document_id == office["parking.md"].pk
+
+
+def test_the_multilingual_space_has_a_threshold_of_its_own(office: dict[str, Document], people: dict[str, Any]) -> None:
+    """Where the nearest passage is in the multilingual space, KB_SEARCH_MULTILINGUAL_THRESHOLD decides (the
+    answerability model is fitted on MiniLM's signals), whatever KB_SEARCH_THRESHOLD says; the refusal names it."""
+    ingested_document(LEAVE, "urlaub.md")
+    nearest = hybrid_search(user=people["carol"], query=QUESTION).nearest_distance
+    assert nearest is not None
+
+    def search(own: float, english: float) -> Any:
+        return hybrid_search(user=people["carol"], query=QUESTION,
+                             options=SearchOptions(multilingual_threshold=own, threshold=english))
+
+    below, above = search(nearest - 0.01, 1.0), search(nearest + 0.01, 0.0)
+    assert below.space == above.space == "multilingual"
+    assert not below.answerable and below.threshold == pytest.approx(nearest - 0.01)
+    assert above.answerable and above.threshold == pytest.approx(nearest + 0.01)
+    # Without the correction the same translation sits farther: the English passages would win the comparison.
+    plain = hybrid_search(user=people["carol"], query=QUESTION, options=SearchOptions(multilingual_cross=0.0))
+    moved = {h.chunk_id: h.distance for h in plain.hits if h.space == "multilingual"}
+    corrected = hybrid_search(user=people["carol"], query=QUESTION)
+    scale, cross = multilingual.ENGLISH_SCALE[1], SearchOptions().multilingual_cross
+    assert moved and all(moved[h.chunk_id] == pytest.approx(h.distance + scale * cross)
+                         for h in corrected.hits if h.chunk_id in moved)
 
 
 def test_a_restricted_german_passage_never_reaches_an_outsider_even_as_the_best_match(
