@@ -112,24 +112,22 @@ def of_silent_workers(lease: Lease, *, alive: Callable[[str], bool], before: dat
     return _named(lease, ended)
 
 
+def _every_lease(end: Callable[[Lease], Ended], why: str) -> Ended:
+    """`end` applied to every registered lease, what it ended logged under `why`."""
+    ended: Ended = sum((end(lease) for lease in leases()), Counter())
+    if ended:
+        log.warning("%s: %s", why, dict(ended))
+    return ended
+
+
 def sweep() -> Ended:
     """Expire every registered lease once."""
-    ended: Ended = Counter()
-    for lease in leases():
-        ended += expire(lease)
-    if ended:
-        log.warning("sweep: %s", dict(ended))
-    return ended
+    return _every_lease(expire, "sweep")
 
 
 def worker_started(worker: str, started: datetime) -> Ended:
     """End what `worker` was doing when it died, if it did: the work its name claimed before `started`."""
-    ended: Ended = Counter()
-    for lease in leases():
-        ended += orphaned(lease, worker=worker, before=started)
-    if ended:
-        log.warning("%s started again: %s", worker, dict(ended))
-    return ended
+    return _every_lease(lambda lease: orphaned(lease, worker=worker, before=started), f"{worker} started again")
 
 
 PRESENCE = "kb:worker-alive:{}"
@@ -147,12 +145,8 @@ def heartbeat(client: Any, worker: str, interval: float) -> Ended:
         # Redis started again lately, without the keys: a live worker may not have beaten since.
         return Counter()
     before, alive = timezone.now() - timedelta(seconds=silence), _presence(client)
-    ended: Ended = Counter()
-    for lease in leases():
-        ended += of_silent_workers(lease, alive=alive, before=before)
-    if ended:
-        log.warning("workers silent for %.0f s: %s", silence, dict(ended))
-    return ended
+    return _every_lease(lambda lease: of_silent_workers(lease, alive=alive, before=before),
+                        f"workers silent for {silence:.0f} s")
 
 
 def _sweep_forever(interval: float, stop: threading.Event) -> None:
