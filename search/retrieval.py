@@ -432,9 +432,14 @@ def _late_signals(query: str, pieces: np.ndarray, head: list[Hit], texts: dict[i
 
 def _english_scale(hit: Hit, options: SearchOptions) -> float:
     """A passage's multilingual-space cosine distance on MiniLM's scale, so one threshold gates passages of both
-    spaces; for an English question, placed `multilingual_cross` nearer first (SearchOptions)."""
-    distance = (hit.multilingual_distance or 0.0) - (options.multilingual_cross if hit.cross_language else 0.0)
-    return options.multilingual_offset + options.multilingual_scale * distance
+    spaces; for an English question, placed `multilingual_cross` nearer (SearchOptions)."""
+    distance = options.multilingual_offset + options.multilingual_scale * (hit.multilingual_distance or 0.0)
+    return distance - (_cross_shift(options) if hit.cross_language else 0.0)
+
+
+def _cross_shift(options: SearchOptions) -> float:
+    """How much nearer the cross-language placement puts a passage, on MiniLM's scale."""
+    return options.multilingual_scale * options.multilingual_cross
 
 
 def _boost_vote(boosted: bool, options: SearchOptions) -> float:
@@ -584,8 +589,11 @@ def hybrid_search(*, user: Any, query: str, options: SearchOptions | None = None
     timings["answerability"] = (time.perf_counter() - decided_at) * 1000
     # Once the question is answerable, sources may be a margin farther than the threshold (or the nearest); a passage
     # a remembered question stands for is one, however far its own words are from the question's.
-    reach = max(options.threshold, result.nearest_distance or 0.0) + options.source_margin
-    gated = [h for h in hits if h.distance <= reach or h is pinned] if answerable else []
+    # The sources are gated on the distances as measured: the cross-language placement weighs the spaces and decides
+    # whether to answer, but it would let a page's other passages through with the one that answers.
+    measured = {h.chunk_id: h.distance + (_cross_shift(options) if h.cross_language else 0.0) for h in hits}
+    reach = max(options.threshold, min(measured.values(), default=0.0)) + options.source_margin
+    gated = [h for h in hits if measured[h.chunk_id] <= reach or h is pinned] if answerable else []
     if options.rerank and gated and settings.KB_RERANKER_PATH:
         reranked_at = time.perf_counter()
         scores = rerank.scores(query, [h.content for h in gated])
