@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from chat.claim_support import stem, terms
 from chat.prompts import Source
 from kb.text import embedding
+from kb.text import pieces as pieces_format
 from kb.text.pieces import read_binary
+from kb.text.tokens import WINDOW
 from search import late
 from search.retrieval import WORD
 
@@ -65,37 +67,130 @@ def _found(text: str, context: str, joined: dict[str, frozenset[str]]) -> frozen
     return found
 
 
-def passage_pieces(sources: Sequence[Source], texts: Sequence[str], numbers: Sequence[int]) -> list[np.ndarray | None]:
-    """Each sentence's word-piece vectors cut from those of its source's chunks (search.late.exact_pieces: the
-    late stage has just encoded the top ones), found by its word-piece ids, so a sentence is read in its
-    passage's context and the passages retrieval scored are not encoded again.
-    A sentence the units cleaned up (a table row's cells rejoined, markup dropped) is found piece by
-    piece in order (`_aligned`). None where it is in no chunk: `score` encodes those on their own."""
-    if not texts or not sources:
-        return [None] * len(texts)
+EXACT_EXTRA = 3  # chunks an answer encodes beyond those the late stage has just encoded
+FIRST_PASS = 8  # the best sentences on the first pass whose chunks those are (extractive.CONSIDERED)
+
+
+@dataclass(frozen=True)
+class _Pieces:
+    """A chunk's word-piece ids (and the ids as text, for substring search) and one vector per piece: exact,
+    or its word's coarse code (kb.text.pieces.expand)."""
+
+    ids: list[int]
+    text: str
+    vectors: np.ndarray
+
+
+def _pieces(ids: list[int], vectors: np.ndarray) -> _Pieces:
+    return _Pieces(ids, _as_text(ids), vectors)
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """A chunk a source spans, on its stored coarse codes and, where this process holds or has encoded them, its
+    exact word pieces (at least one of the two)."""
+
+    chunk_id: int
+    document_id: int
+    start: int
+    end: int
+    text: str
+    coarse: _Pieces | None
+    exact: _Pieces | None
+
+    def holds(self, source: Source) -> bool:
+        return self.document_id == source.document_id and self.start < source.end and self.end > source.start
+
+    def pieces(self, *, coarse: bool) -> _Pieces:
+        read = (self.coarse, self.exact) if coarse else (self.exact, self.coarse)
+        return next(p for p in read if p is not None)
+
+
+def source_chunks(sources: Sequence[Source]) -> list[_Chunk]:
+    """The chunks the sources span, in document order, with their coarse codes and the exact word pieces this
+    process holds (search.late.exact_pieces: the late stage has just encoded the top ones); a chunk stored
+    without usable codes is encoded."""
+    if not sources:
+        return []
     rows = read_binary(
-        """SELECT id, document_id, start, "end", text FROM kb_chunk c
+        """SELECT id, document_id, start, "end", text, late_vectors FROM kb_chunk c
            WHERE document_id = ANY(%s) AND EXISTS (
                SELECT 1 FROM unnest(%s::bigint[], %s::int[], %s::int[]) AS s(document_id, start, "end")
                WHERE s.document_id = c.document_id AND c.start < s."end" AND c."end" > s.start)
            ORDER BY document_id, ordinal""",
         [sorted({s.document_id for s in sources}), [s.document_id for s in sources], [s.start for s in sources],
          [s.end for s in sources]])
-    encoded = late.exact_pieces([(chunk_id, text) for chunk_id, _, _, _, text in rows])
-    runs: dict[int, list[_Pieces]] = {}  # source number -> its chunks' pieces, in document order
-    for (_, document_id, start, end, _), pieces in zip(rows, encoded, strict=True):
-        for source in sources:
-            if source.document_id == document_id and start < source.end and end > source.start:
-                runs.setdefault(source.number, []).append(_Pieces(pieces.ids, _as_text(pieces.ids), pieces.vectors))
+    keys = [(chunk_id, text) for chunk_id, _, _, _, text, _ in rows]
+    coarse = _coarse([row[4:] for row in rows])
+    held: list[late.Pieces | None] = late.held_pieces(keys)
+    missing = [k for k, c, h in zip(keys, coarse, held, strict=True) if c is None and h is None]
+    encoded = iter(late.exact_pieces(missing) if missing else [])
+    held = [next(encoded) if c is None and h is None else h for c, h in zip(coarse, held, strict=True)]
+    return [_Chunk(chunk_id, document_id, start, end, text, None if c is None else _pieces(*c),
+                   None if h is None else _pieces(h.ids, h.vectors))
+            for (chunk_id, document_id, start, end, text, _), c, h in zip(rows, coarse, held, strict=True)]
+
+
+def _coarse(rows: Sequence[tuple[str, bytes | None]]) -> list[tuple[list[int], np.ndarray] | None]:
+    """Each (text, stored codes)'s piece ids as the model read the text, with one coarse vector per piece
+    (None where the codes are missing or do not match)."""
+    readable = [(text, codes) for text, codes in rows if codes is not None]
+    if not readable:
+        return [None] * len(rows)
+    read = embedding.tokenizer().encode_batch([text for text, _ in readable], add_special_tokens=False)
+    tokens = [e.tokens[: WINDOW - 2] for e in read]
+    stop = pieces_format.stop_words({pieces_format.spelled(t, places) for t in tokens for places in pieces_format.words(t)})
+    dimensions = embedding.dimensions()
+    found = iter([(e.ids[: len(t)], pieces_format.expand(codes, t, stop, dimensions))
+                  for e, t, (_, codes) in zip(read, tokens, readable, strict=True)])
+    out: list[tuple[list[int], np.ndarray] | None] = []
+    for _, codes in rows:
+        ids, vectors = next(found) if codes is not None else ([], None)
+        out.append(None if vectors is None else (ids, vectors))
+    return out
+
+
+def passage_pieces(chunks: Sequence[_Chunk], sources: Sequence[Source], texts: Sequence[str],
+                   numbers: Sequence[int], *, coarse: bool) -> list[tuple[np.ndarray, int] | None]:
+    """Each sentence's word-piece vectors cut from those of its source's `chunks` (`source_chunks`: their coarse
+    codes where `coarse` and they have them, else their exact pieces where known), found by its word-piece ids,
+    so a sentence is read in its passage's context and the passages are not encoded again, with the chunk (its
+    place in `chunks`) it ends in.
+    A sentence the units cleaned up (a table row's cells rejoined, markup dropped) is found piece by
+    piece in order (`_aligned`). None where it is in no chunk: `score` encodes those on their own."""
+    if not texts or not chunks:
+        return [None] * len(texts)
+    runs = {source.number: [k for k, chunk in enumerate(chunks) if chunk.holds(source)] for source in sources}
     wanted = embedding.piece_ids([t.removesuffix(" …") for t in texts])
-    found: list[np.ndarray | None] = []
+    found: list[tuple[np.ndarray, int] | None] = []
     cursor: dict[int, int] = {}  # source number -> the chunk its last located sentence ended in
     for ids, number in zip(wanted, numbers, strict=True):
-        located = _located(ids, runs.get(number, []), cursor.get(number, 0))
+        places = runs.get(number, [])
+        located = _located(ids, [chunks[k].pieces(coarse=coarse) for k in places], cursor.get(number, 0))
         if located is not None:
             cursor[number] = located[1]
-        found.append(None if located is None else located[0])
+        found.append(None if located is None else (located[0], places[located[1]]))
     return found
+
+
+def sources_scores(question: str, sources: Sequence[Source], texts: Sequence[str], numbers: Sequence[int],
+                   contexts: Sequence[str]) -> Scores:
+    """`score` of the sources' sentences (`texts`, each in source `numbers`), read in their passages' context.
+    A first pass scores every sentence on its chunk's coarse codes; the chunks holding the best FIRST_PASS are
+    then encoded (at most EXACT_EXTRA beyond those the late stage has just encoded), and every sentence is
+    scored again on the exact pieces where known. Coarse scores run lower, so the sentences left on them
+    follow. An answer's sources span up to 16 chunks at ~17 ms each to encode; the answer lies in a few."""
+    chunks = source_chunks(sources)
+    located = passage_pieces(chunks, sources, texts, numbers, coarse=True)
+    first = score(question, texts, numbers, contexts, [None if at is None else at[0] for at in located])
+    best = sorted(range(len(texts)), key=lambda i: -first.total[i])[:FIRST_PASS]
+    places = dict.fromkeys(at[1] for at in (located[i] for i in best) if at is not None)
+    wanted = [k for k in places if chunks[k].exact is None][:EXACT_EXTRA]
+    for k, exact in zip(wanted, late.exact_pieces([(chunks[k].chunk_id, chunks[k].text) for k in wanted]),
+                        strict=True):
+        chunks[k] = replace(chunks[k], exact=_pieces(exact.ids, exact.vectors))
+    located = passage_pieces(chunks, sources, texts, numbers, coarse=False)
+    return score(question, texts, numbers, contexts, [None if at is None else at[0] for at in located])
 
 
 NEAR = 3  # chunks, from the one the sentence before ended in, where a sentence is looked for first
@@ -117,15 +212,6 @@ def _located(ids: list[int], chunks: list[_Pieces], at: int) -> tuple[np.ndarray
         if located is not None:
             return located[0], first + located[1]
     return _run_of(ids, chunks)
-
-
-@dataclass(frozen=True)
-class _Pieces:
-    """A chunk's stored word-piece vectors with their ids (and the ids as text, for substring search)."""
-
-    ids: list[int]
-    text: str
-    vectors: np.ndarray
 
 
 def _as_text(ids: list[int]) -> str:

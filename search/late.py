@@ -101,7 +101,7 @@ def exact_pieces(chunks: Sequence[tuple[int, str]]) -> list[Pieces]:
     missing = list(dict.fromkeys(key for key in chunks if key not in _exact))
     if missing:
         texts = [text for _, text in missing]
-        for key, ids, vectors in zip(missing, embedding.piece_ids(texts), embedding.token_vectors(texts), strict=True):
+        for key, ids, vectors in zip(missing, embedding.piece_ids(texts), embedding.passage_token_vectors(texts), strict=True):
             vectors.flags.writeable = False
             _exact[key] = Pieces(ids[: len(vectors)], vectors)
     for key in chunks:
@@ -109,6 +109,11 @@ def exact_pieces(chunks: Sequence[tuple[int, str]]) -> list[Pieces]:
     while len(_exact) > max(EXACT_KEPT, len(chunks)):
         _exact.popitem(last=False)
     return [_exact[key] for key in chunks]
+
+
+def held_pieces(chunks: Sequence[tuple[int, str]]) -> list[Pieces | None]:
+    """`exact_pieces` of each (chunk id, text) that this process holds (None for the others), encoding none."""
+    return [_exact.get(key) for key in chunks]
 
 
 def scores(query_vectors: np.ndarray, weights: np.ndarray, chunks: Sequence[np.ndarray]) -> list[float]:

@@ -270,8 +270,8 @@ def compose(prompt: Prompt) -> list[list[str]]:
         return []
     labels = {source.number: source.label.rsplit(">", 1)[-1] for source in prompt.sources}
     texts, numbers = [u.text for u in all_units], [u.number for u in all_units]
-    scored = sentence_scorer.score(prompt.question, texts, numbers, [labels[u.number] for u in all_units],
-                                   sentence_scorer.passage_pieces(prompt.sources, texts, numbers))
+    scored = sentence_scorer.sources_scores(prompt.question, prompt.sources, texts, numbers,
+                                            [labels[u.number] for u in all_units])
     how_to = bool(HOW_TO.search(prompt.question))
     # A how-to question is answered by instructions: sources holding commands or numbered steps come first,
     # when their section is on the question's topic (its headings below the document's title hold one of

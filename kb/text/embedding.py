@@ -181,6 +181,35 @@ def token_vectors(texts: list[str]) -> list[np.ndarray]:
     return [_unit_pieces(encoded.hidden) for encoded in _encode(texts)]
 
 
+def passage_token_vectors(texts: list[str]) -> list[np.ndarray]:
+    """`token_vectors` of passages encoded while someone waits (the late stage's exact pass, an answer's
+    sources): in one batch through the model's bf16 copy where the CPU computes bf16 natively, else as
+    `token_vectors`. Pieces within ~1e-4 cosine of fp32's; 3 chunks of ~150 pieces took 50 against 121 ms
+    at one thread here (autocast, which casts around every layer, 70 ms)."""
+    if not texts or not use_bf16():
+        return token_vectors(texts)
+    import torch
+
+    order = np.argsort([-len(text) for text in texts])
+    pieces: list[np.ndarray] = []
+    with torch.inference_mode():
+        for start in range(0, len(texts), BATCH_SIZE):
+            ids, mask = _features([texts[i] for i in order[start : start + BATCH_SIZE]])
+            hidden = bf16_model()(ids, mask)
+            pieces += [_unit_pieces(hidden[row, :n]) for row, n in enumerate(mask.sum(dim=1).tolist())]
+    return [pieces[i] for i in np.argsort(order)]
+
+
+@functools.cache
+def bf16_model() -> Encoder:
+    """The model with its weights in bf16 (22 MiB more): no casts around each layer, as autocast makes."""
+    import copy
+
+    import torch
+
+    return copy.deepcopy(model()).to(torch.bfloat16)
+
+
 @functools.cache
 def query_encoder() -> Any:
     """The network traced and frozen (TorchScript) for one unpadded text at a time.

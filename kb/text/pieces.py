@@ -54,6 +54,34 @@ def pack(vectors: np.ndarray, tokens: Sequence[str], stop: Collection[str]) -> b
     return b"".join((MAGIC, np.array([len(kept)], dtype=_COUNT).tobytes(), scales.tobytes(), signs.tobytes()))
 
 
+def expand(data: bytes | memoryview, tokens: Sequence[str], stop: Collection[str], dimensions: int) -> np.ndarray | None:
+    """One vector per word piece of a chunk whose pieces are `tokens` (as the model read it): the coded vector
+    `pack` stored for the piece's word, zeros for a stop word (`stop` as `pack` was given it), so code that reads
+    word pieces can read the coarse codes. None where the words do not match the codes (the chunk was read
+    differently). Data in the format before holds every piece already."""
+    codes = unpack(data, dimensions)
+    if not bytes(data[: len(MAGIC)]) == MAGIC:
+        return codes if len(codes) == len(tokens) else None
+    kept = [places for places in words(tokens) if spelled(tokens, places) not in stop]
+    if len(kept) != len(codes):
+        return None
+    out = np.zeros((len(tokens), dimensions), dtype=np.float32)
+    for code, places in zip(codes, kept, strict=True):
+        out[places] = code
+    return out
+
+
+def stop_words(spellings: Collection[str]) -> set[str]:
+    """The words with no lexeme in PostgreSQL's English configuration: what `pack` leaves out, which the query
+    side weighs 0 (search.late). Other languages' stop words are kept, at a few bytes each."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT w FROM unnest(%s::text[]) AS w WHERE length(to_tsvector('english', w)) = 0",
+                       [sorted(spellings)])
+        return {w for (w,) in cursor.fetchall()}
+
+
 def unpack(data: bytes | memoryview, dimensions: int) -> np.ndarray:
     """The word vectors `pack` stored (words x dimensions, float32). Data in the format before (every word piece,
     int8 after one float32 scale) gives its pieces: finer than the coarse codes, read until the background

@@ -296,13 +296,14 @@ def encodings(monkeypatch: Any) -> list[str]:
     from kb.text import embedding
 
     encoded: list[str] = []
-    real = embedding.token_vectors
+    for name in ("token_vectors", "passage_token_vectors"):
+        real = getattr(embedding, name)
 
-    def spy(texts: list[str]) -> Any:
-        encoded.extend(texts)
-        return real(texts)
+        def spy(texts: list[str], real: Any = real) -> Any:
+            encoded.extend(texts)
+            return real(texts)
 
-    monkeypatch.setattr(embedding, "token_vectors", spy)
+        monkeypatch.setattr(embedding, name, spy)
     return encoded
 
 
@@ -317,8 +318,11 @@ def test_sentences_are_cut_from_their_chunks_pieces_encoded_once(monkeypatch: An
     chunk, src = ingested_source(GUIDE, "export-guide.md")
     parts = units(1, src.text)
     stranger = "Nothing in this guide mentions quarterly payroll reconciliation."
-    found = sentence_scorer.passage_pieces([src], [u.text for u in parts] + [stranger], [1] * (len(parts) + 1))
-    exact, = late.exact_pieces([(chunk.pk, chunk.text)])
+    texts = [u.text for u in parts] + [stranger]
+    exact, = late.exact_pieces([(chunk.pk, chunk.text)])  # as the late stage's exact pass encodes it
+    located = sentence_scorer.passage_pieces(sentence_scorer.source_chunks([src]), [src], texts, [1] * len(texts),
+                                             coarse=False)
+    found = [None if at is None else at[0] for at in located]
     stored, ids = exact.vectors, exact.ids
     assert found[-1] is None  # in no chunk: encoded
     cleaned = 0
@@ -366,8 +370,11 @@ def test_a_code_block_longer_than_a_chunk_is_cut_from_every_chunk_it_spans(monke
         "the block must be longer than a chunk for this test")
     assert holding
 
-    [vectors] = sentence_scorer.passage_pieces([src], [code.text], [1])
-    assert vectors is not None and len(vectors) == len(wanted)
+    [located] = sentence_scorer.passage_pieces(sentence_scorer.source_chunks([src]), [src], [code.text], [1],
+                                               coarse=False)
+    assert located is not None
+    vectors = located[0]
+    assert len(vectors) == len(wanted)
     stored = {tuple(v) for p in pieces for v in p.vectors}
     assert all(tuple(v) in stored for v in vectors)  # cut from the chunks' own vectors, none encoded on its own
 
@@ -375,6 +382,54 @@ def test_a_code_block_longer_than_a_chunk_is_cut_from_every_chunk_it_spans(monke
     "".join(ExtractiveBackend().generate(build_prompt(question="Which string sets refine.o12?",
                                                       intent=CONCEPT, sources=[src])))
     assert encoded == []
+
+
+TOPICS = ("loading dock", "cold store", "forklift fleet", "parcel scanner", "returns desk", "night shift",
+          "yard gate", "pallet racking", "fire doors", "staff canteen", "label printer", "weighbridge")
+
+
+def test_a_long_source_is_read_on_coarse_codes_first_and_its_best_chunks_exactly(monkeypatch: Any) -> None:
+    """A source spanning a dozen chunks is not encoded whole while the asker waits: its sentences are scored on
+    the chunks' stored coarse codes, then the chunks holding the best few are encoded and scored again
+    (at most EXACT_EXTRA of them). The sentence that answers wins, with the score the exact pieces give it."""
+    from chat import sentence_scorer
+    from kb.library.models import Chunk
+    from search import late
+    from tests.factories import ingested_document
+
+    paragraphs = [" ".join(f"The {topic} {line}." for line in (
+        "is inspected by the site manager at the start of each month",
+        "has its own logbook, kept in the office next to the main entrance",
+        "must be kept clear of boxes, cables and cleaning trolleys at all times",
+        "is covered by the warehouse insurance policy for accidental damage",
+        "was last refurbished when the building changed owners",
+        "closes for maintenance on the first Sunday of every quarter")) for topic in TOPICS]
+    paragraphs[7] += " The night guard checks the quartz seal on the east gate every hour."
+    document = ingested_document("# Depot handbook\n\n## Facilities\n\n" + "\n\n".join(paragraphs) + "\n",
+                                 name="depot-handbook.md")
+    chunks = list(Chunk.objects.filter(document=document).order_by("ordinal"))
+    assert len(chunks) >= 6, "the source must span many chunks"
+    text = document.canonical_text
+    src = Source(number=1, chunk_id=chunks[0].pk, document_id=document.pk, document_title=document.title,
+                 label="Depot handbook > Facilities", text=text[chunks[0].start:chunks[-1].end],
+                 start=chunks[0].start, end=chunks[-1].end, page=None, distance=0.2)
+    texts = [u.text for u in units(1, src.text)]
+    question = "How often does the night guard check the quartz seal on the east gate?"
+    late._exact.clear()
+    encoded = encodings(monkeypatch)
+    scores = sentence_scorer.sources_scores(question, [src], texts, [1] * len(texts), [""] * len(texts))
+    best = max(range(len(texts)), key=scores.total.__getitem__)
+    assert texts[best] == "The night guard checks the quartz seal on the east gate every hour."
+    assert 1 <= len(encoded) <= sentence_scorer.EXACT_EXTRA < len(chunks)
+    assert any("quartz seal" in t for t in encoded)
+
+    late.exact_pieces([(c.pk, c.text) for c in chunks])  # every chunk held: the scores of encoding them all
+    located = sentence_scorer.passage_pieces(sentence_scorer.source_chunks([src]), [src], texts, [1] * len(texts),
+                                             coarse=False)
+    exact = sentence_scorer.score(question, texts, [1] * len(texts), [""] * len(texts),
+                                  [None if at is None else at[0] for at in located])
+    assert scores.total[best] == pytest.approx(exact.total[best], abs=1e-6)
+    assert max(exact.total) == pytest.approx(scores.total[best], abs=1e-6)
 
 
 @settings(max_examples=300, deadline=None)

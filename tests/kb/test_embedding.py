@@ -68,3 +68,16 @@ def test_the_query_vector_matches_the_passage_encoding_of_the_same_text() -> Non
     assert pieces.shape == batch_pieces.shape
     assert [batch_ids.tolist()] == embedding.piece_ids([text])
     assert np.allclose(np.linalg.norm(pieces, axis=1), 1, atol=1e-3)
+
+
+def test_passages_encoded_while_someone_waits_are_the_models_pieces_in_one_batch() -> None:
+    """The late stage's exact pass and the answer's sources encode passages in one batch (bf16 weights where
+    the CPU has native bf16): the same pieces, in the callers' order, as token_vectors gives, to ~1e-4."""
+    texts = ["The Export dialog offers CSV and PDF.",
+             " ".join(["Audit logs are kept for ninety days in the admin console."] * 30),  # past the window
+             "VPN"]
+    fast = embedding.passage_token_vectors(texts)
+    for got, expected in zip(fast, embedding.token_vectors(texts), strict=True):
+        assert got.shape == expected.shape
+        assert np.sum(got * expected, axis=1).min() > 0.999
+    assert embedding.passage_token_vectors([]) == []

@@ -66,9 +66,11 @@ def scored(document: Document, sentences: int) -> list[Any]:
     src = Source(number=1, chunk_id=chunks[0].pk, document_id=document.pk, document_title=document.title,
                  label="Manual > Procedures", text=text[start:end], start=start, end=end, page=None, distance=0.2)
     texts = [u.text for u in units(1, src.text)]
-    pieces = sentence_scorer.passage_pieces([src], texts, [1] * len(texts))
-    sentence_scorer.score("Which value does the procedure set?", texts, [1] * len(texts), vectors=pieces)
-    return pieces
+    located = sentence_scorer.passage_pieces(sentence_scorer.source_chunks([src]), [src], texts, [1] * len(texts),
+                                             coarse=True)
+    sentence_scorer.sources_scores("Which value does the procedure set?", [src], texts, [1] * len(texts),
+                                   [""] * len(texts))
+    return [None if at is None else at[0] for at in located]
 
 
 @pytest.mark.slow

@@ -6,13 +6,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from django.db import connection
 
 from kb.library.ingest.pipeline import ingest
 from kb.library.models import Chunk, Document
 from kb.library.selectors import documents_stale
 from kb.text import embedding
-from kb.text.pieces import MAGIC, pack, spelled, unpack, words
+from kb.text.pieces import MAGIC, expand, pack, spelled, stop_words, unpack, words
 from search import late
 from search.retrieval import WORD, SearchOptions, hybrid_search
 from search.stats import gin_indexes, lexeme_stats_refresh
@@ -74,18 +73,16 @@ def test_chunk_vectors_are_one_coarse_vector_per_content_word_read_without_encod
         db: None, monkeypatch: pytest.MonkeyPatch) -> None:
     ingested_document(DEPOT, "depot.md")
     chunks = list(Chunk.objects.order_by("ordinal").values_list("pk", "text"))
-    exact = [p.vectors for p in late.exact_pieces(chunks)]
+    exact = embedding.token_vectors([t for _, t in chunks])  # in fp32, as ingest encoded so few chunks
     tokens = [[embedding.tokenizer().id_to_token(i) for i in ids] for ids in embedding.piece_ids([t for _, t in chunks])]
 
     def no_encoding(texts: list[str]) -> list[np.ndarray]:
         raise AssertionError(f"encoded {len(texts)} texts at query time")
 
     monkeypatch.setattr(embedding, "token_vectors", no_encoding)
+    monkeypatch.setattr(embedding, "passage_token_vectors", no_encoding)
     stored = late.chunk_vectors(chunks)
-    every = sorted({spelled(t, places) for t in tokens for places in words(t)})
-    with connection.cursor() as cursor:  # no lexeme in English: the words the query side weighs 0
-        cursor.execute("SELECT w FROM unnest(%s::text[]) w WHERE length(to_tsvector('english', w)) = 0", [every])
-        stop = {w for (w,) in cursor.fetchall()}
+    stop = stop_words({spelled(t, places) for t in tokens for places in words(t)})  # no lexeme in English
     assert {"the", "of", "."} <= stop and not {"quartz", "pallets", "bay"} & stop
     for got, pieces, spelled_tokens in zip(stored, exact, tokens, strict=True):
         content = [places for places in words(spelled_tokens) if spelled(spelled_tokens, places) not in stop]
@@ -111,20 +108,20 @@ def test_a_chunk_in_the_format_before_is_read_as_its_pieces_and_its_document_is_
     assert vectors.shape == pieces.shape and np.abs(vectors - pieces).max() <= scale / 2 + 1e-6
     Chunk.objects.update(late_vectors=None)
     vectors, = late.chunk_vectors([(cid, text)])
-    assert np.allclose(vectors, pieces, atol=1e-5)
+    assert vectors.shape == pieces.shape and np.sum(vectors * pieces, axis=1).min() > 0.999  # encoded (bf16 here)
 
 
 def test_exact_pieces_are_encoded_once_per_text(db: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """The answer scores the sentences of the passages retrieval has just scored exactly: not encoded twice. An
     edited chunk (its text, under the same id) is encoded again."""
     encoded: list[str] = []
-    real = embedding.token_vectors
+    real = embedding.passage_token_vectors
 
     def counting(texts: list[str]) -> list[np.ndarray]:
         encoded.extend(texts)
         return real(texts)
 
-    monkeypatch.setattr(embedding, "token_vectors", counting)
+    monkeypatch.setattr(embedding, "passage_token_vectors", counting)
     first, = late.exact_pieces([(-1, "The night guard checks the quartz seal.")])
     again, = late.exact_pieces([(-1, "The night guard checks the quartz seal.")])
     edited, = late.exact_pieces([(-1, "The day guard checks the quartz seal.")])
@@ -167,6 +164,26 @@ def test_pack_keeps_a_word_a_vector_in_sign_bits() -> None:
     assert np.allclose(np.abs(restored).mean(axis=1), np.abs(means).mean(axis=1), rtol=1e-3)
     assert unpack(pack(vectors, tokens, stop=set(spelled(tokens, p) for p in words(tokens))), 384).shape == (0, 384)
     assert unpack(np.array([0.5], dtype="<f4").tobytes() + bytes([2]) * 384, 384).tolist() == [[1.0] * 384]  # int8
+
+
+def test_expand_gives_each_word_piece_its_words_code_and_refuses_codes_of_other_words() -> None:
+    """The answer reads a chunk it has not encoded on its coarse codes, a piece at a time: each piece of a kept
+    word carries that word's code, a stop word's pieces carry nothing."""
+    text = "The night guard checks the quartz seal on the east gate every hour."
+    vectors = embedding.token_vectors([text])[0]
+    tokens = [embedding.tokenizer().id_to_token(i) for i in embedding.piece_ids([text])[0]]
+    stop = {"the", "on", "every", "."}
+    packed = pack(vectors, tokens, stop)
+    codes = unpack(packed, vectors.shape[1])
+    per_piece = expand(packed, tokens, stop, vectors.shape[1])
+    assert per_piece is not None and per_piece.shape == vectors.shape
+    kept = [places for places in words(tokens) if spelled(tokens, places) not in stop]
+    for code, places in zip(codes, kept, strict=True):
+        assert (per_piece[places] == code).all()
+    dropped = sorted(set(range(len(tokens))) - {i for places in kept for i in places})
+    assert dropped and not per_piece[dropped].any()
+    assert expand(packed, tokens, {"the"}, vectors.shape[1]) is None  # another stop list: other words kept
+    assert expand(packed, tokens[:-3], stop, vectors.shape[1]) is None  # the chunk read differently
 
 
 def test_depth_zero_turns_the_stage_off_everywhere(people: dict[str, Any], settings: Any) -> None:

@@ -15,7 +15,6 @@ from functools import partial
 import numpy as np
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import connection
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
@@ -232,15 +231,11 @@ def _embed_with_progress(document_id: int, version: int, texts: list[str]) -> tu
 
 
 def late_codes(pieces: Sequence[np.ndarray], ids: Sequence[np.ndarray]) -> list[bytes]:
-    """Each text's coarse word vectors without its stop words and punctuation: the words with no lexeme in
-    PostgreSQL's English configuration, which the query side weighs 0 (search.late); other languages' stop
-    words are kept, at a few bytes each."""
+    """Each text's coarse word vectors without its stop words and punctuation (kb.text.pieces.stop_words)."""
     vocabulary = embedding.tokenizer()
     spelled = [[vocabulary.id_to_token(int(i)) or "" for i in row] for row in ids]
-    words = sorted({pieces_format.spelled(tokens, places) for tokens in spelled for places in pieces_format.words(tokens)})
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT w FROM unnest(%s::text[]) AS w WHERE length(to_tsvector('english', w)) = 0", [words])
-        stop = {w for (w,) in cursor.fetchall()}
+    stop = pieces_format.stop_words({pieces_format.spelled(tokens, places) for tokens in spelled
+                                     for places in pieces_format.words(tokens)})
     return [pieces_format.pack(vectors, tokens, stop) for vectors, tokens in zip(pieces, spelled, strict=True)]
 
 
