@@ -238,7 +238,7 @@ def _curated(record: AnswerRecord, matched: CuratedMatch, passages: Sequence[Cur
     timings["total_ms"] = _elapsed(started)
     yield {
         "type": "done", "message": message, "text": answer.text, "match": CURATED,
-        "match_signals": {"similarity": round(1 - matched.distance, 4), "gap": None},
+        "match_signals": {"similarity": round(1 - matched.distance, 4), "gap": None, "stand_in": None},
         "html": render_html(answer.text, {s.number: s for s in cited}), "intent": record.intent, "backend": CURATED,
         "model": "", "notice": "", "timings": timings, "withheld": False, "unsupported": [],
         "curated": cast(CuratedPayload, curated.curated_payload(answer, question=matched.question)),
@@ -319,11 +319,11 @@ def _answered(record: AnswerRecord, *, user: Any, question: str, message: int, r
     yield {"type": "citations", "message": message, "citations": [citation_from_source(s) for s in cited]}
     # A claim as found is a ClaimPayload with no verdict yet (mypy cannot widen to the optional keys).
     unsupported = cast(list[ClaimPayload], unsupported_claims(stream.text, {s.number: s.text for s in cited}))
-    matched = match.signals(question=question, answer=stream.text, gap=gap)
+    matched = match.signals(question=question, answer=stream.text, gap=gap, quotes=[s.text for s in cited])
     timings["total_ms"] = _elapsed(started)
     yield {
         "type": "done", "message": message, "text": stream.text, "match": matched.level(),
-        "match_signals": {"similarity": matched.similarity, "gap": matched.gap},
+        "match_signals": {"similarity": matched.similarity, "gap": matched.gap, "stand_in": matched.stand_in},
         "html": render_html(stream.text, {s.number: s for s in cited}, unsupported=unsupported),
         "intent": prompt.intent, "backend": backend.name, "model": backend.model, "notice": backend.notice,
         "timings": timings, "withheld": False, "unsupported": unsupported,

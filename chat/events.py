@@ -133,6 +133,7 @@ class ClaimPayload(UnsupportedClaim):
 class MatchPayload(TypedDict):
     similarity: float
     gap: float | None
+    stand_in: str | None  # chat.match.stand_in: "sick leave → carer's leave"
 
 
 class CuratedPayload(TypedDict):

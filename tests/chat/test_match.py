@@ -30,6 +30,52 @@ def test_the_level_is_closest_below_either_line(similarity: float, gap: float | 
     assert match.MatchSignals(similarity=similarity, gap=gap).level() == level
 
 
+def test_a_stand_in_makes_an_answer_closest_whatever_its_similarity(settings: Any) -> None:
+    settings.KB_ANSWER_MATCH_SIMILARITY, settings.KB_ANSWER_MATCH_GAP = 0.86, 0.06
+    swapped = match.MatchSignals(similarity=0.92, gap=0.2, stand_in="sick leave → carer's leave")
+    assert swapped.level() == match.CLOSEST
+
+
+LEAVE = ("Northwind Lumen pays full salary during sickness absence for up to 30 working days in any rolling 12-month "
+         "period. Sick leave is for your own illness. If a child or another dependant is ill, you can take up to "
+         "five days of paid carer's leave per calendar year.")
+CARERS = ("If a child or another dependant is ill, you can take up to five days of paid carer's leave per calendar "
+          "year [2]. Sick leave is for your own illness [2].")
+
+
+@pytest.mark.parametrize(("question", "answer", "found"), [
+    # The lead sentence names the question's "sick leave" as "carer's leave"; "sick" only comes after it.
+    ("How many days of sick leave do I get?", CARERS, "sick leave → carer's leave"),
+    # The sentence that answers holds the question's qualifier ("sick" of "sickness"): no stand-in.
+    ("How many days of sick leave do I get?", "Northwind Lumen pays full salary during sickness absence for up to 30 "
+     "working days in any rolling 12-month period [1].", None),
+    # Asked about carer's leave, the same answer is on the question's thing.
+    ("How many days of carer's leave do I get?", CARERS, None),
+    # "many days" / "five days": the passages never write "many days", so it names nothing.
+    ("How many days do I get?", CARERS, None),
+    # "sick leave" is not a thing these passages name: nothing is known to be swapped.
+    ("How much medical leave is there?", CARERS, None),
+])
+def test_a_stand_in_is_the_questions_thing_named_with_another_qualifier(
+    question: str, answer: str, found: str | None
+) -> None:
+    assert match.stand_in(question, answer, [LEAVE]) == found
+
+
+def test_a_lead_on_one_of_the_questions_things_or_a_question_not_in_english_has_no_stand_in() -> None:
+    travel = "Use the time zone at departure to calculate elapsed time. Travel comp time hours are based on it."
+    # "elapsed time" for "comp time", but the lead names the question's "time zone" as the question does.
+    assert match.stand_in("Which time zone is used when calculating travel comp time?",
+                          "Use the time zone at departure to calculate elapsed time [1].", [travel]) is None
+    assert match.stand_in("Which clock is used when calculating travel comp time?",
+                          "Use the time zone at departure to calculate elapsed time [1].", [travel]) == (
+        "comp time → elapsed time")
+    # Stop words and stems are English: "une composante" / "chaque composante" is no qualified thing.
+    composante = "Chaque composante élémentaire peut être multipliée par un facteur [1]."
+    assert match.stand_in("À quoi sert le facteur placé devant une composante de coût ?", composante,
+                          ["Une composante de coût. Chaque composante élémentaire peut être multipliée."]) is None
+
+
 def test_similarity_reads_the_answers_words_across_languages_not_its_markers() -> None:
     question = "How long does the company pay full salary during sickness absence?"
     right = "Northwind Lumen pays full salary during sickness absence for up to 30 working days [1]."
