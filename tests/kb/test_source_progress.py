@@ -26,7 +26,7 @@ from kb.library.models import Document, Folder, Source, SourceChange
 from kb.library.sources.git import ASKPASS_USER, cache_dir
 from kb.library.sources.secrets import secret_setting
 from kb.library.sources.sync import source_sync
-from tests.kb.test_sources import EXPENSES, VACATION, commit, found, git, worker_allowing
+from tests.kb.test_sources import EXPENSES, VACATION, commit, found, git
 
 TOKEN = "glpat-h4-Zq81vTq0cret"
 
@@ -65,24 +65,24 @@ def handbook(db: None) -> Folder:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.slow
-def test_a_run_on_a_worker_shows_its_progress_while_it_goes(people: dict[str, Any], share: Path) -> None:
+def test_a_run_on_a_worker_shows_its_progress_while_it_goes(people: dict[str, Any], share: Path,
+                                                           celery_worker: Any) -> None:
     handbook = Folder.objects.create(name="Handbook", public=True)
     for n in range(8):
         (share / f"desks-{n}.md").write_text(f"# Desks {n}\n\n" + "".join(section(n * 10 + i) for i in range(12)))
     source = Source.objects.create(name="desks", kind="folder", location=str(share), folder=handbook)
     client = admin_client(people)
     seen = []
-    with worker_allowing(share):
-        assert queues.send("kb.sync_source", source.pk, False)
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            body = client.get(f"/api/sources/{source.pk}").json()
-            run, lag = body["last_run"], body["index_lag"]
-            seen.append((run["status"], run["step"], run["listed"], run["planned"], run["to_index"], run["indexed"],
-                         lag["pending"]))
-            if run["status"] not in ("", "running"):
-                break
-            time.sleep(0.05)
+    assert queues.send("kb.sync_source", source.pk, False)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        body = client.get(f"/api/sources/{source.pk}").json()
+        run, lag = body["last_run"], body["index_lag"]
+        seen.append((run["status"], run["step"], run["listed"], run["planned"], run["to_index"], run["indexed"],
+                     lag["pending"]))
+        if run["status"] not in ("", "running"):
+            break
+        time.sleep(0.05)
     assert seen[-1][0] == "ok", seen[-1]
     midway = [s for s in seen if s[0] == "running" and s[1] == "indexing" and 0 < s[5] < s[4]]
     assert midway, f"no observation mid-indexing among {sorted(set(seen))}"

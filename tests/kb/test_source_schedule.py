@@ -17,7 +17,6 @@ from kb.library.sources.schedule import sources_due
 from kb.library.sources.sync import source_lock
 from kb.runtime.launcher import beat_argv
 from tests.conftest import ROOT, service_env, stop_process
-from tests.kb.test_sources import worker_allowing
 
 
 def _source(name: str, folder: Folder, **fields: Any) -> Source:
@@ -56,7 +55,7 @@ def test_a_source_every_minute_runs_at_every_tick_though_its_run_started_after_t
     assert [s.name for s in sources_due(now)] == ["started-after-last-tick"]
 
 
-def test_the_tick_queues_due_sources_and_a_worker_runs_them(tmp_path: Path, transactional_db: None) -> None:
+def test_the_tick_queues_due_sources_and_a_worker_runs_them(tmp_path: Path, celery_worker: Any) -> None:
     from kb.library.tasks import sources_due as tick
 
     share = tmp_path / "share"
@@ -66,14 +65,13 @@ def test_the_tick_queues_due_sources_and_a_worker_runs_them(tmp_path: Path, tran
     due = Source.objects.create(name="facilities", kind=Source.Kind.FOLDER, location=str(share), folder=folder, every=60)
     Source.objects.create(name="manual", kind=Source.Kind.FOLDER, location=str(share), folder=folder)
 
-    with worker_allowing(tmp_path):
-        assert tick() == 1
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            due.refresh_from_db()
-            if due.last_status in (Source.RunStatus.OK, Source.RunStatus.FAILED):
-                break
-            time.sleep(0.5)
+    assert tick() == 1
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        due.refresh_from_db()
+        if due.last_status in (Source.RunStatus.OK, Source.RunStatus.FAILED):
+            break
+        time.sleep(0.5)
     assert due.last_status == Source.RunStatus.OK, due.last_reason
     assert due.documents.get().source_path == "parking.md"
     assert Source.objects.get(name="manual").last_status == Source.RunStatus.NEVER

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from django.db import connection
 from kb.library.models import Chunk, Document, Folder, Source
 from kb.library.sources.sync import LOCK_CLASS, SourceBusy, SyncResult, source_sync
 from search.retrieval import hybrid_search
-from tests.conftest import manage, service_env, start_worker, stop_process
+from tests.conftest import manage, service_env
 
 VACATION = """# Vacation policy
 
@@ -95,17 +93,6 @@ def repo(tmp_path: Path) -> Path:
 def _folder_roots(settings: Any, tmp_path: Path) -> None:
     """The operator allows sources under the test's temporary directory (kb.library.sources.policy)."""
     settings.KB_SOURCE_FOLDER_ROOTS = [str(tmp_path)]
-
-
-@contextmanager
-def worker_allowing(root: Path) -> Iterator[subprocess.Popen[str]]:
-    """A worker of its own whose operator allows sources under `root` (the session's worker allows none, as
-    a server does by default); the session's worker, stopped between tests, takes none of its tasks."""
-    worker = start_worker("source-worker", KB_SOURCE_FOLDER_ROOTS=str(root))
-    try:
-        yield worker
-    finally:
-        stop_process(worker)
 
 
 @pytest.fixture
@@ -348,20 +335,19 @@ def test_a_folder_a_source_fills_is_not_deleted_from_under_it(people: dict[str, 
 
 
 @pytest.mark.slow
-def test_sync_command_runs_on_the_worker_and_waits(transactional_db: None, repo: Path, tmp_path: Path) -> None:
+def test_sync_command_runs_on_the_worker_and_waits(celery_worker: Any, repo: Path, tmp_path: Path) -> None:
     Folder.objects.create(name="Handbook", public=True)
     env = service_env(KB_SOURCE_FOLDER_ROOTS=str(tmp_path))  # the operator allows local repositories there
-    with worker_allowing(tmp_path):
-        added = manage("source", "add", "handbook", "--kind", "git", "--location", f"file://{repo}", "--folder",
-                       "Handbook", "--path", "docs", "--exclude", "docs/drafts/*", env=env)
-        assert added.returncode == 0, added.stderr
-        run = manage("sync", "handbook", "--wait", env=env, timeout=300)
-        assert run.returncode == 0, run.stderr
-        assert "listed=3 unchanged=0 changed=0 new=3 deleted=0 renamed=0 failed=0 chunks_embedded=" in run.stdout
-        assert Document.objects.filter(source__name="handbook", status="ready").count() == 3
+    added = manage("source", "add", "handbook", "--kind", "git", "--location", f"file://{repo}", "--folder",
+                   "Handbook", "--path", "docs", "--exclude", "docs/drafts/*", env=env)
+    assert added.returncode == 0, added.stderr
+    run = manage("sync", "handbook", "--wait", env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "listed=3 unchanged=0 changed=0 new=3 deleted=0 renamed=0 failed=0 chunks_embedded=" in run.stdout
+    assert Document.objects.filter(source__name="handbook", status="ready").count() == 3
 
-        Source.objects.filter(name="handbook").update(location=f"file://{repo}-missing")
-        failed = manage("sync", "handbook", "--wait", env=env, timeout=300)
+    Source.objects.filter(name="handbook").update(location=f"file://{repo}-missing")
+    failed = manage("sync", "handbook", "--wait", env=env, timeout=300)
     assert failed.returncode != 0 and "git clone failed" in failed.stderr
     assert Document.objects.filter(source__name="handbook", status="ready").count() == 3
 

@@ -16,7 +16,6 @@ from accounts.tokens import token_create
 from kb.library.models import Document, Folder, Source
 from kb.library.services import folder_set_access
 from kb.library.sources.sync import source_sync
-from tests.kb.test_sources import worker_allowing
 
 PERMS = ("view_source", "add_source", "change_source", "delete_source")
 
@@ -228,19 +227,18 @@ def test_the_openapi_schema_documents_the_source_endpoints(people: dict[str, Any
 
 
 @pytest.mark.slow
-def test_sync_now_queues_a_run_that_a_real_worker_carries_out(transactional_db: None, people: dict[str, Any],
-                                                             shelf: dict[str, Any], tmp_path: Path) -> None:
+def test_sync_now_queues_a_run_that_a_real_worker_carries_out(celery_worker: Any, people: dict[str, Any],
+                                                             shelf: dict[str, Any]) -> None:
     manager = as_user(shelf["manager"])
     pk = shelf["public"].pk
-    with worker_allowing(tmp_path):
-        accepted = manager.post(f"/api/sources/{pk}/sync")
-        assert accepted.status_code == 202 and accepted.json()["name"] == "share"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            run = manager.get(f"/api/sources/{pk}").json()["last_run"]
-            if run["status"] in ("ok", "failed"):
-                break
-            time.sleep(0.5)
+    accepted = manager.post(f"/api/sources/{pk}/sync")
+    assert accepted.status_code == 202 and accepted.json()["name"] == "share"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        run = manager.get(f"/api/sources/{pk}").json()["last_run"]
+        if run["status"] in ("ok", "failed"):
+            break
+        time.sleep(0.5)
     assert run["status"] == "ok" and run["new"] == 1 and run["listed"] == 1, run
     assert Document.objects.get(source_id=pk).status == Document.Status.READY
     assert manager.post(f"/api/sources/{shelf['secret'].pk}/sync").status_code == 404

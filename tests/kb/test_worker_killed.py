@@ -57,12 +57,12 @@ def assert_indexed_exactly_once(document: Document) -> None:
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_sigkill_the_whole_worker_during_embedding_and_another_worker_indexes_it_once_within_seconds(
-    request: pytest.FixtureRequest
-) -> None:
+def test_sigkill_the_whole_worker_during_embedding_and_another_worker_indexes_it_once_within_seconds() -> None:
     """The worker dies outright (main process and all): nothing reports the lost job, and the lease is 600 s.
-    Its heartbeat stops; another worker's (kb.upkeep) queues the document again after three beats."""
-    worker = start_worker("worker-to-kill")
+    Its heartbeat stops; another worker's (kb.upkeep) queues the document again after three beats (of a second
+    here, both workers' KB_WORKER_HEARTBEAT_SECONDS: the default five would make it fifteen seconds of waiting)."""
+    beat = {"KB_WORKER_HEARTBEAT_SECONDS": "1"}
+    worker = start_worker("worker-to-kill", **beat)
     try:
         document = big_document_being_embedded()
         assert Document.objects.get(pk=document.pk).worker.startswith("worker-to-kill")
@@ -76,8 +76,11 @@ def test_sigkill_the_whole_worker_during_embedding_and_another_worker_indexes_it
     assert status_of(document) == Document.Status.EMBEDDING  # stuck where it died...
     assert not Chunk.objects.filter(document=document).exists()  # ...with nothing half-written
 
-    request.getfixturevalue("celery_worker")  # another worker: the session's, only now (it would take the first job)
-    wait_for(lambda: status_of(document) in (Document.Status.READY, Document.Status.FAILED), 240, "the retry")
+    other = start_worker("worker-after-the-kill", **beat)  # only now: it would take the first job
+    try:
+        wait_for(lambda: status_of(document) in (Document.Status.READY, Document.Status.FAILED), 240, "the retry")
+    finally:
+        stop_process(other)
     assert time.monotonic() - killed < 120, "queued again by the lease, not the heartbeat"
     assert_indexed_exactly_once(document)
     assert document.attempts == 2

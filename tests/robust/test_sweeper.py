@@ -335,7 +335,8 @@ def test_a_redis_restart_loses_no_queued_work(people: dict[str, Any]) -> None:
     # Every presence key went with the restart: until live workers have beaten again, none is taken for dead.
     assert heartbeat(redis.Redis.from_url(settings.REDIS_URL), "just-restarted@host", 5.0) == {}
     assert Document.objects.get(pk=orphan).status == Document.Status.EMBEDDING
-    worker = start_worker("worker-after-redis-restart")
+    # Beating every second, it takes the orphan's worker for dead three seconds after Redis started (five: fifteen).
+    worker = start_worker("worker-after-redis-restart", KB_WORKER_HEARTBEAT_SECONDS="1")
     try:
         ids = [d.pk for d in documents] + [orphan]  # the orphan: queued again by the new worker's heartbeat
         wait_for(lambda: set(Document.objects.filter(pk__in=ids).values_list("status", flat=True)) == {"ready"},

@@ -117,8 +117,7 @@ def test_a_restricted_folder_filled_by_sources_leaks_nothing(people: dict[str, A
                 continue
             probe_outsider(probes, daphne, name, clients[name], item, reader_answers[item.key])
             probe_source_surfaces(probes, name, clients[name], item, source, markers)
-    for name in ATTACKERS:
-        probe_own_lists(probes, daphne, name, clients[name], corpus)
+    probe_own_lists(probes, daphne, {name: clients[name] for name in ATTACKERS}, corpus)
 
     assert Citation.objects.filter(document__source__isnull=False).exists()
     print(f"\nsource leak suite: {probes.report()}")

@@ -4,14 +4,12 @@ from the repository in the chat page, with a citation that opens the passage in 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from tests.conftest import start_worker, stop_process
 from tests.kb.test_sources import commit, git
 from tests.security.conftest import signed_in
 from tests.web.conftest import assert_clean, screenshot
@@ -46,16 +44,6 @@ def repository(tmp_path: Path) -> Path:
     files.update({f"docs/teams/team-{n}.md": FILLER.format(n=n) for n in range(1, 13)})
     commit(repo, files, "the handbook")
     return repo
-
-
-@pytest.fixture
-def worker(transactional_db: None) -> Iterator[Any]:
-    """A real worker on both queues: the source's run (ingest) and the employee's answer (answers)."""
-    process = start_worker("celery-web-sources")
-    try:
-        yield process
-    finally:
-        stop_process(process)
 
 
 @pytest.fixture
@@ -103,7 +91,7 @@ RECORD_RUN = """pk => {
 
 
 def test_sync_now_in_the_admin_then_an_employee_finds_the_repositorys_sentence_with_its_citation(
-    open_page: Any, people: dict[str, Any], handbook: Any, repository: Path, worker: Any
+    open_page: Any, people: dict[str, Any], handbook: Any, repository: Path, celery_worker: Any
 ) -> None:
     from chat.models import Citation
     from kb.library.models import Document, Source
