@@ -182,7 +182,9 @@ def sources_scores(question: str, sources: Sequence[Source], texts: Sequence[str
     follow. An answer's sources span up to 16 chunks at ~17 ms each to encode; the answer lies in a few."""
     chunks = source_chunks(sources)
     located = passage_pieces(chunks, sources, texts, numbers, coarse=True)
-    first = score(question, texts, numbers, contexts, [None if at is None else at[0] for at in located])
+    alone = [i for i, at in enumerate(located) if at is None]  # in no chunk: encoded once, for both passes
+    own = dict(zip(alone, embedding.token_vectors([texts[i] for i in alone]) if alone else [], strict=True))
+    first = score(question, texts, numbers, contexts, _vectors(located, own))
     best = sorted(range(len(texts)), key=lambda i: -first.total[i])[:FIRST_PASS]
     places = dict.fromkeys(at[1] for at in (located[i] for i in best) if at is not None)
     wanted = [k for k in places if chunks[k].exact is None][:EXACT_EXTRA]
@@ -190,7 +192,11 @@ def sources_scores(question: str, sources: Sequence[Source], texts: Sequence[str
                         strict=True):
         chunks[k] = replace(chunks[k], exact=_pieces(exact.ids, exact.vectors))
     located = passage_pieces(chunks, sources, texts, numbers, coarse=False)
-    return score(question, texts, numbers, contexts, [None if at is None else at[0] for at in located])
+    return score(question, texts, numbers, contexts, _vectors(located, own))
+
+
+def _vectors(located: Sequence[tuple[np.ndarray, int] | None], own: dict[int, np.ndarray]) -> list[np.ndarray | None]:
+    return [at[0] if at is not None else own.get(i) for i, at in enumerate(located)]
 
 
 NEAR = 3  # chunks, from the one the sentence before ended in, where a sentence is looked for first

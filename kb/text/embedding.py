@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -100,17 +100,18 @@ class Encoded(NamedTuple):
     vector: torch.Tensor  # the pooled sentence vector (normalised once; callers normalise again)
 
 
-def _encode(texts: list[str]) -> list[Encoded]:
-    """Texts through the model in batches of similar length, longest first, returned in the callers' order."""
+def _encode(texts: list[str], network: Encoder | None = None) -> list[Encoded]:
+    """Texts through the model (or `network`, a copy of it in other weights, run as it is) in batches of similar
+    length, longest first, returned in the callers' order."""
     import torch
 
     order = np.argsort([-len(text) for text in texts])
     encoded: list[Encoded] = []
-    with torch.inference_mode(), _precision(len(texts)):
+    with torch.inference_mode(), _precision(len(texts)) if network is None else nullcontext():
         for start in range(0, len(texts), BATCH_SIZE):
             batch = [texts[i] for i in order[start : start + BATCH_SIZE]]
             ids, mask = _features(batch)
-            hidden = model()(ids, mask)
+            hidden = (network or model())(ids, mask)
             vectors = _pooled(hidden, mask)
             lengths = mask.sum(dim=1).tolist()
             encoded += [Encoded(ids[row, :n], hidden[row, :n], vectors[row]) for row, n in enumerate(lengths)]
@@ -188,16 +189,7 @@ def passage_token_vectors(texts: list[str]) -> list[np.ndarray]:
     at one thread here (autocast, which casts around every layer, 70 ms)."""
     if not texts or not use_bf16():
         return token_vectors(texts)
-    import torch
-
-    order = np.argsort([-len(text) for text in texts])
-    pieces: list[np.ndarray] = []
-    with torch.inference_mode():
-        for start in range(0, len(texts), BATCH_SIZE):
-            ids, mask = _features([texts[i] for i in order[start : start + BATCH_SIZE]])
-            hidden = bf16_model()(ids, mask)
-            pieces += [_unit_pieces(hidden[row, :n]) for row, n in enumerate(mask.sum(dim=1).tolist())]
-    return [pieces[i] for i in np.argsort(order)]
+    return [_unit_pieces(encoded.hidden) for encoded in _encode(texts, bf16_model())]
 
 
 @functools.cache
